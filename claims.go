@@ -1,0 +1,35 @@
+package submissions
+
+// claims maps a withdrawal id to the request key that claimed it. It is the
+// index that makes a withdrawal exclusive: the records map makes a key
+// idempotent, claims refuses a second key for the same money.
+//
+// claims is not safe for concurrent use; Submissions guards it with its mutex,
+// in the same critical section as the records map, so that checking a claim
+// and taking it are one step.
+type claims map[string]string
+
+// holder returns the key that claims withdrawalID, if any.
+func (c claims) holder(withdrawalID string) (string, bool) {
+	key, ok := c[withdrawalID]
+	return key, ok
+}
+
+// take records key as the holder of withdrawalID, unless another key holds it,
+// in which case it returns a *ConflictError naming the holder and changes
+// nothing.
+func (c claims) take(withdrawalID, key string) error {
+	if holder, ok := c[withdrawalID]; ok && holder != key {
+		return &ConflictError{Holder: holder, Key: key, WithdrawalID: withdrawalID}
+	}
+	c[withdrawalID] = key
+	return nil
+}
+
+// drop removes the claim on withdrawalID only if it still names key, so that
+// a late release cannot evict a claim that has since moved to another key.
+func (c claims) drop(withdrawalID, key string) {
+	if c[withdrawalID] == key {
+		delete(c, withdrawalID)
+	}
+}

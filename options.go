@@ -1,0 +1,37 @@
+package submissions
+
+import "log/slog"
+
+// An Option configures a Submissions ledger made by New.
+type Option interface {
+	apply(*options)
+}
+
+type options struct {
+	logger *slog.Logger
+}
+
+type optionFunc func(*options)
+
+func (f optionFunc) apply(o *options) { f(o) }
+
+// WithLogger sets the logger for replays (Info), unknown send outcomes (Warn)
+// and manual resolutions and releases (Info). The default, and the logger used
+// when l is nil, is slog.Default() as it is when New is called.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(o *options) {
+		if l != nil {
+			o.logger = l
+		}
+	})
+}
+
+func buildOptions(opts []Option) options {
+	o := options{logger: slog.Default()}
+	for _, opt := range opts {
+		if opt != nil {
+			opt.apply(&o)
+		}
+	}
+	return o
+}
