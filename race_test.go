@@ -42,22 +42,26 @@ func together(t *testing.T, n int, f func(i int, hold <-chan struct{}) error) []
 	close(start)
 	var errs []error
 	released := false
+	release := func() {
+		if !released {
+			close(hold)
+			released = true
+		}
+	}
 	for len(errs) < n {
 		select {
 		case err := <-results:
 			errs = append(errs, err)
 			if len(errs) == n-1 {
-				close(hold)
-				released = true
+				release()
 			}
-		case <-time.After(10 * time.Second):
+		case <-time.After(5 * time.Second):
 			if released {
 				t.Fatalf("%d of %d calls still running", n-len(errs), n)
 			}
-			// More than one call is blocked in send: let them go and let the
-			// counts show it.
-			close(hold)
-			released = true
+			// More than one call is blocked in send: let them all go, and
+			// let the counts show it.
+			release()
 		}
 	}
 	return errs
