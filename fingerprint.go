@@ -63,51 +63,72 @@ func canonical(f Fingerprint) (Fingerprint, error) {
 
 // checkText refuses an empty identifier, or one that a store could not hold.
 func checkText(field, s string) error {
-	switch {
-	case s == "":
+	if s == "" {
 		return fmt.Errorf("%w: %s is empty", ErrInvalidFingerprint, field)
-	case !utf8.ValidString(s):
-		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalidFingerprint, field)
-	case strings.IndexByte(s, 0) >= 0:
-		return fmt.Errorf("%w: %s contains a NUL byte", ErrInvalidFingerprint, field)
+	}
+	if why := storable(s); why != "" {
+		return fmt.Errorf("%w: %s %s", ErrInvalidFingerprint, field, why)
 	}
 	return nil
 }
 
+// storable says why s cannot be stored as text by every store (not valid
+// UTF-8, or a NUL byte), or returns "" when it can. It makes one pass over
+// ASCII, the usual case.
+func storable(s string) string {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == 0:
+			return "contains a NUL byte"
+		case c >= utf8.RuneSelf:
+			if !utf8.ValidString(s[i:]) {
+				return "is not valid UTF-8"
+			}
+			if strings.IndexByte(s[i:], 0) >= 0 {
+				return "contains a NUL byte"
+			}
+			return ""
+		}
+	}
+	return ""
+}
+
 // canonicalAmount reports whether a is a plain positive decimal and returns
-// its canonical form. Only an amount with no digit before the point (".5")
-// needs a new string; every other canonical form is a substring of a.
+// its canonical form: no leading zeros before the first significant digit but
+// one before a point, no trailing zeros after the point, no bare point. Only an
+// amount with no digit before the point (".5") needs a new string; every other
+// canonical form is a substring of a.
 func canonicalAmount(a string) (string, bool) {
-	dot, digits, nonzero := -1, 0, false
+	dot, first, end := -1, -1, -1 // the point; the first non-zero digit; past the last one
 	for i := 0; i < len(a); i++ {
 		switch c := a[i]; {
-		case '0' <= c && c <= '9':
-			digits++
-			nonzero = nonzero || c != '0'
+		case c == '0':
+		case '1' <= c && c <= '9':
+			if first < 0 {
+				first = i
+			}
+			end = i + 1
 		case c == '.' && dot < 0:
 			dot = i
 		default:
 			return "", false
 		}
 	}
-	if digits == 0 || !nonzero {
-		return "", false
-	}
-	if dot < 0 {
-		return strings.TrimLeft(a, "0"), true
-	}
-	whole := strings.TrimLeft(a[:dot], "0")
-	frac := strings.TrimRight(a[dot+1:], "0")
-	start := dot - len(whole)
 	switch {
-	case frac == "":
-		return whole, true // nonzero, so whole has a digit other than 0
-	case whole != "":
-		return a[start : dot+1+len(frac)], true
-	case dot > 0:
-		return a[dot-1 : dot+1+len(frac)], true // "00.5" -> "0.5"
+	case first < 0: // no digit, or only zeros
+		return "", false
+	case dot < 0: // an integer keeps its trailing zeros
+		return a[first:], true
+	case end <= dot: // the fraction is all zeros: drop it and the point
+		end = dot
 	}
-	return "0." + frac, true
+	switch {
+	case first < dot:
+		return a[first:end], true
+	case dot > 0: // "00.5": keep the zero just before the point
+		return a[dot-1 : end], true
+	}
+	return "0" + a[:end], true
 }
 
 // canonicalCurrency reports whether c is 2-12 ASCII letters or digits and
@@ -140,10 +161,9 @@ func validKey(key string) (string, error) {
 		return "", fmt.Errorf("%w: empty", ErrInvalidKey)
 	case len(k) > MaxKeyLen:
 		return "", fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidKey, len(k), MaxKeyLen)
-	case !utf8.ValidString(k):
-		return "", fmt.Errorf("%w: not valid UTF-8", ErrInvalidKey)
-	case strings.IndexByte(k, 0) >= 0:
-		return "", fmt.Errorf("%w: contains a NUL byte", ErrInvalidKey)
+	}
+	if why := storable(k); why != "" {
+		return "", fmt.Errorf("%w: %s", ErrInvalidKey, why)
 	}
 	return k, nil
 }

@@ -86,37 +86,37 @@ func (s *Submissions[R]) Submit(ctx context.Context, key string, req R,
 	if err := ctx.Err(); err != nil {
 		return zero, err
 	}
-	rec, replay, err := s.claim(key, fp)
+	rec, claimed, err := s.claim(key, fp)
 	if err != nil {
 		return zero, err
 	}
-	if rec == nil {
+	if !claimed {
 		s.note(ctx, slog.LevelInfo, "submission replayed", key, fp.WithdrawalID, nil)
-		return replay, nil
+		return rec.outcome, nil // done, so never written again
 	}
 	return s.send(ctx, key, rec, req, send)
 }
 
-// claim decides, under the lock, between replaying (nil record, the outcome),
-// refusing (an error) and claiming (the new record, marked as sending).
-func (s *Submissions[R]) claim(key string, fp Fingerprint) (*record[R], R, error) {
-	var zero R
+// claim decides, under the lock, between replaying (the key's record, which
+// has an outcome), refusing (an error) and claiming (a new record marked as
+// sending, and claimed true).
+func (s *Submissions[R]) claim(key string, fp Fingerprint) (rec *record[R], claimed bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if rec, ok := s.records[key]; ok {
 		switch {
 		case rec.fp != fp:
-			return nil, zero, conflictf("request key %s belongs to another withdrawal", key)
+			return nil, false, conflictf("request key %s belongs to another withdrawal", key)
 		case !rec.done:
-			return nil, zero, inFlight(key, "is claimed and its outcome is not known yet")
+			return nil, false, inFlight(key, "is claimed and its outcome is not known yet")
 		}
-		return nil, rec.outcome, nil
+		return rec, false, nil
 	}
-	rec := &record[R]{fp: fp, sending: true}
+	rec = &record[R]{fp: fp, sending: true}
 	if err := s.insert(key, rec); err != nil {
-		return nil, zero, err
+		return nil, false, err
 	}
-	return rec, zero, nil
+	return rec, true, nil
 }
 
 // insert claims rec's withdrawal for key and records rec under key, or returns

@@ -1,0 +1,129 @@
+package submissions_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/idemledger/submissions"
+)
+
+// Withdrawal is a payout service's own withdrawal type. Sending it changes its
+// status, never its fingerprint.
+type Withdrawal struct {
+	ID       string
+	Amount   string
+	Currency string
+	Address  string
+	Status   string
+	TxID     string
+}
+
+func (w Withdrawal) Fingerprint() submissions.Fingerprint {
+	return submissions.Fingerprint{WithdrawalID: w.ID, Amount: w.Amount, Currency: w.Currency, Destination: w.Address}
+}
+
+// broadcast is the rail: each call moves money.
+func broadcast(_ context.Context, w Withdrawal) (Withdrawal, error) {
+	fmt.Println("rail: sending", w.ID)
+	w.Status, w.TxID = "sent", "0xfeed"
+	return w, nil
+}
+
+// A user taps "withdraw" twice; the client retries under the same request key.
+// The second tap replays the first outcome and the rail is called once.
+func Example_doubleTap() {
+	ctx := context.Background()
+	ledger := submissions.New[Withdrawal]()
+	w := Withdrawal{ID: "wd-1", Amount: "25.00", Currency: "USDC", Address: "0xabc", Status: "approved"}
+
+	first, _ := ledger.Submit(ctx, "tap-7f3a", w, broadcast)
+	again, _ := ledger.Submit(ctx, "tap-7f3a", w, broadcast)
+	fmt.Println(first.Status, first.TxID)
+	fmt.Println(again.Status, again.TxID)
+	// Output:
+	// rail: sending wd-1
+	// sent 0xfeed
+	// sent 0xfeed
+}
+
+// A second client (another device, an operator's redrive) submits the same
+// withdrawal under a key of its own. It is refused and told who holds the
+// withdrawal, so it can report what happened instead of paying twice.
+func Example_secondClient() {
+	ctx := context.Background()
+	ledger := submissions.New[Withdrawal]()
+	w := Withdrawal{ID: "wd-1", Amount: "25.00", Currency: "USDC", Address: "0xabc", Status: "approved"}
+	_, _ = ledger.Submit(ctx, "phone-1", w, broadcast)
+
+	_, err := ledger.Submit(ctx, "laptop-9", w, broadcast)
+	fmt.Println(errors.Is(err, submissions.ErrIdempotencyConflict))
+	var conflict *submissions.ConflictError
+	if errors.As(err, &conflict) {
+		outcome, _, _ := ledger.Outcome(ctx, conflict.Holder)
+		fmt.Println("held by", conflict.Holder, "->", outcome.Status, outcome.TxID)
+	}
+	// Output:
+	// rail: sending wd-1
+	// true
+	// held by phone-1 -> sent 0xfeed
+}
+
+// The rail times out: the money may or may not have moved, so the key stays
+// claimed. Retries are refused until an operator looks at the rail, finds the
+// transaction and resolves the key with it.
+func Example_railTimeout() {
+	ctx := context.Background()
+	ledger := submissions.New[Withdrawal]()
+	w := Withdrawal{ID: "wd-1", Amount: "25.00", Currency: "USDC", Address: "0xabc", Status: "approved"}
+	timeout := func(context.Context, Withdrawal) (Withdrawal, error) {
+		return Withdrawal{}, errors.New("rail: no answer in 30s")
+	}
+
+	_, err := ledger.Submit(ctx, "req-1", w, timeout)
+	fmt.Println(err)
+	_, err = ledger.Submit(ctx, "req-1", w, broadcast)
+	fmt.Println(errors.Is(err, submissions.ErrSubmissionInFlight))
+
+	found := w
+	found.Status, found.TxID = "sent", "0xbeef" // what the operator saw on chain
+	if err := ledger.Resolve(ctx, "req-1", found); err != nil {
+		fmt.Println(err)
+	}
+	got, _ := ledger.Submit(ctx, "req-1", w, broadcast)
+	fmt.Println(got.Status, got.TxID)
+	// Output:
+	// send for request key req-1 failed; its outcome is unknown and the key stays claimed: rail: no answer in 30s
+	// true
+	// sent 0xbeef
+}
+
+// The rail refused the transaction before it left: the operator releases the
+// key, and the withdrawal can be sent again, once.
+func Example_release() {
+	ctx := context.Background()
+	ledger := submissions.New[Withdrawal]()
+	w := Withdrawal{ID: "wd-1", Amount: "25.00", Currency: "USDC", Address: "0xabc", Status: "approved"}
+	rejected := func(context.Context, Withdrawal) (Withdrawal, error) {
+		return Withdrawal{}, errors.New("rail: connection reset")
+	}
+	_, _ = ledger.Submit(ctx, "req-1", w, rejected)
+
+	holder, _, _ := ledger.ClaimedBy(ctx, "wd-1")
+	fmt.Println("claimed by", holder)
+	if err := ledger.Release(ctx, "req-1"); err != nil {
+		fmt.Println(err)
+	}
+	_, claimed, _ := ledger.ClaimedBy(ctx, "wd-1")
+	fmt.Println("claimed:", claimed)
+
+	got, _ := ledger.Submit(ctx, "req-1", w, broadcast)
+	fmt.Println(got.Status)
+	fmt.Println(ledger.Release(ctx, "req-1"))
+	// Output:
+	// claimed by req-1
+	// claimed: false
+	// rail: sending wd-1
+	// sent
+	// idempotency conflict: request key req-1 already produced an outcome and cannot be released
+}
