@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -39,6 +40,7 @@ func BenchmarkSubmitFresh(b *testing.B) {
 	keys, reqs := freshInputs()
 	b.Run("ledger", func(b *testing.B) {
 		b.ReportAllocs()
+		runtime.GC() // start from the same heap as the floor
 		var s *submissions.Submissions[withdrawal]
 		i := 0
 		for b.Loop() {
@@ -53,6 +55,7 @@ func BenchmarkSubmitFresh(b *testing.B) {
 	})
 	b.Run("floor", func(b *testing.B) {
 		b.ReportAllocs()
+		runtime.GC()
 		var f *floor
 		i := 0
 		for b.Loop() {

@@ -61,6 +61,17 @@ func canonical(f Fingerprint) (Fingerprint, error) {
 	return Fingerprint{WithdrawalID: f.WithdrawalID, Amount: amount, Currency: currency, Destination: f.Destination}, nil
 }
 
+// sameWithdrawal reports whether f means the same withdrawal as valid, a
+// fingerprint that passed canonical. An f that is not valid is never the same.
+func sameWithdrawal(valid, f Fingerprint) bool {
+	if f == valid {
+		return true
+	}
+	a, _ := canonical(valid)
+	b, err := canonical(f)
+	return err == nil && a == b
+}
+
 // checkText refuses an empty identifier, or one that a store could not hold.
 func checkText(field, s string) error {
 	if s == "" {

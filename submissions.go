@@ -29,7 +29,7 @@ type Submissions[R Fingerprinter] struct {
 
 // record is what the ledger knows about one request key.
 type record[R Fingerprinter] struct {
-	fp      Fingerprint // canonical; set before the record is shared, never changed
+	fp      Fingerprint // valid, as the call that made the record gave it; never changed
 	outcome R           // meaningful only when done
 	done    bool        // the outcome is known
 	sending bool        // this ledger is running the key's send
@@ -79,44 +79,58 @@ func (s *Submissions[R]) Submit(ctx context.Context, key string, req R,
 	if err != nil {
 		return zero, err
 	}
-	fp, err := canonical(req.Fingerprint())
-	if err != nil {
-		return zero, err
-	}
 	if err := ctx.Err(); err != nil {
 		return zero, err
 	}
+	fp := req.Fingerprint()
 	rec, claimed, err := s.claim(key, fp)
-	if err != nil {
+	switch {
+	case err != nil:
 		return zero, err
+	case claimed:
+		return s.send(ctx, key, rec, req, send)
 	}
-	if !claimed {
-		s.note(ctx, slog.LevelInfo, "submission replayed", key, fp.WithdrawalID, nil)
-		return rec.outcome, nil // done, so never written again
-	}
-	return s.send(ctx, key, rec, req, send)
+	s.note(ctx, slog.LevelInfo, "submission replayed", key, fp.WithdrawalID, nil)
+	return rec.outcome, nil // done, so never written again
 }
 
-// claim decides, under the lock, between replaying (the key's record, which
-// has an outcome), refusing (an error) and claiming (a new record marked as
-// sending, and claimed true).
+// claim decides between replaying (the key's record, which has an outcome),
+// refusing (an error) and claiming (a new record marked as sending, and
+// claimed true). The check and the claim are one step under the lock.
 func (s *Submissions[R]) claim(key string, fp Fingerprint) (rec *record[R], claimed bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if rec, ok := s.records[key]; ok {
-		switch {
-		case rec.fp != fp:
+	rec, ok := s.records[key]
+	if ok && rec.fp == fp {
+		// A retry usually brings the very fingerprint that made the record:
+		// valid and the same, with nothing to canonicalise.
+		return known(key, rec)
+	}
+	// Validating under the lock costs time linear in the fingerprint's
+	// length, as hashing and comparing it in the maps already does.
+	if _, err := canonical(fp); err != nil {
+		return nil, false, err
+	}
+	if ok {
+		if !sameWithdrawal(rec.fp, fp) {
 			return nil, false, conflictf("request key %s belongs to another withdrawal", key)
-		case !rec.done:
-			return nil, false, inFlight(key, "is claimed and its outcome is not known yet")
 		}
-		return rec, false, nil
+		return known(key, rec)
 	}
 	rec = &record[R]{fp: fp, sending: true}
 	if err := s.insert(key, rec); err != nil {
 		return nil, false, err
 	}
 	return rec, true, nil
+}
+
+// known answers a request for a key recorded with the same fingerprint: its
+// record to replay, or ErrSubmissionInFlight while its outcome is unknown.
+func known[R Fingerprinter](key string, rec *record[R]) (*record[R], bool, error) {
+	if !rec.done {
+		return nil, false, inFlight(key, "is claimed and its outcome is not known yet")
+	}
+	return rec, false, nil
 }
 
 // insert claims rec's withdrawal for key and records rec under key, or returns
@@ -151,15 +165,11 @@ func (s *Submissions[R]) send(ctx context.Context, key string, rec *record[R], r
 	if send != nil {
 		out, err = send(ctx, req)
 	}
-	mismatch := false
-	if err == nil {
-		got, ferr := canonical(out.Fingerprint())
-		mismatch = ferr != nil || got != rec.fp
-	}
+	mismatch := err == nil && !sameWithdrawal(rec.fp, out.Fingerprint())
 
 	s.mu.Lock()
 	rec.sending = false
-	resolved, prev := rec.done, rec.outcome
+	resolved := rec.done
 	if err == nil && !mismatch && !resolved {
 		rec.outcome, rec.done = out, true
 	}
@@ -174,8 +184,8 @@ func (s *Submissions[R]) send(ctx context.Context, key string, rec *record[R], r
 		err := conflictf("send for request key %s returned an outcome for another withdrawal; the key stays claimed", key)
 		s.note(ctx, slog.LevelWarn, "send returned an outcome for another withdrawal; the key stays claimed", key, rec.fp.WithdrawalID, err)
 		return zero, err
-	case resolved: // Resolve recorded an outcome while send ran
-		if err := sameOutcome(key, prev, out); err != nil {
+	case resolved: // Resolve recorded an outcome while send ran; it never changes
+		if err := sameOutcome(key, rec.outcome, out); err != nil {
 			return zero, fmt.Errorf("send for request key %s returned after Resolve: %w", key, err)
 		}
 	}
@@ -201,11 +211,11 @@ func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) err
 	if err != nil {
 		return err
 	}
-	fp, err := canonical(outcome.Fingerprint())
-	if err != nil {
+	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
+	fp := outcome.Fingerprint()
+	if _, err := canonical(fp); err != nil {
 		return err
 	}
 
@@ -216,7 +226,7 @@ func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) err
 	switch {
 	case !ok:
 		err = s.insert(key, &record[R]{fp: fp, outcome: outcome, done: true})
-	case rec.fp != fp:
+	case !sameWithdrawal(rec.fp, fp):
 		err = conflictf("request key %s belongs to another withdrawal", key)
 	case rec.done:
 		prev, had = rec.outcome, true
