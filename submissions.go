@@ -47,12 +47,13 @@ func New[R Fingerprinter](opts ...Option) *Submissions[R] {
 
 // Submit sends req at most once for key and returns the outcome.
 //
-// The key is trimmed of surrounding white space and req's fingerprint is
-// validated (ErrInvalidKey, ErrInvalidFingerprint); a ctx already done returns
-// ctx.Err(). Then, in one step under the ledger's lock:
+// The key is trimmed of surrounding white space and checked first
+// (ErrInvalidKey); then a ctx already done returns ctx.Err() and claims
+// nothing. Then, in one step under the ledger's lock:
 //
 //   - a key already recorded with the same fingerprint and a known outcome
-//     replays that outcome without calling send;
+//     replays that outcome without calling send, and logs it at Info;
+//   - a fingerprint that is not valid is refused with ErrInvalidFingerprint;
 //   - a key recorded with another fingerprint is refused with
 //     ErrIdempotencyConflict;
 //   - a key recorded without a known outcome is refused with
@@ -193,7 +194,8 @@ func (s *Submissions[R]) send(ctx context.Context, key string, rec *record[R], r
 }
 
 // Resolve records the outcome of a key whose send ended without one: "I looked
-// at the rail, here is what happened".
+// at the rail, here is what happened". Like Submit, it checks the key, then
+// ctx, then the outcome's fingerprint (ErrInvalidFingerprint).
 //
 // For an in-flight key, the outcome's fingerprint must match the request's
 // (ErrIdempotencyConflict otherwise), and it is recorded. For a key that has
@@ -201,7 +203,10 @@ func (s *Submissions[R]) send(ctx context.Context, key string, rec *record[R], r
 // ErrIdempotencyConflict. For an unknown key, the withdrawal's claim is checked
 // first, exactly as Submit checks it: if another key holds it, Resolve returns
 // a *ConflictError naming the holder and records nothing; otherwise the key is
-// recorded with the outcome and claims the withdrawal.
+// recorded with the outcome and claims the withdrawal. A Resolve while this
+// ledger is still running the key's send is accepted; when the send returns,
+// Submit returns its outcome if it is the same as the resolved one and an
+// ErrIdempotencyConflict if not, and the resolved outcome stands.
 //
 // Two outcomes are the same when their encoding/json encodings are equal byte
 // for byte; an outcome that encoding/json cannot encode is never the same as
