@@ -15,11 +15,12 @@ func (c claims) holder(withdrawalID string) (string, bool) {
 	return key, ok
 }
 
-// take records key as the holder of withdrawalID, unless another key holds it,
-// in which case it returns a *ConflictError naming the holder and changes
-// nothing.
+// take records key as the holder of withdrawalID, unless a key already holds
+// it, in which case it returns a *ConflictError naming the holder and changes
+// nothing. A key claims at most one withdrawal, once, so the holder is never
+// key itself.
 func (c claims) take(withdrawalID, key string) error {
-	if holder, ok := c[withdrawalID]; ok && holder != key {
+	if holder, ok := c[withdrawalID]; ok {
 		return &ConflictError{Holder: holder, Key: key, WithdrawalID: withdrawalID}
 	}
 	c[withdrawalID] = key

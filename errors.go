@@ -57,6 +57,12 @@ func conflictf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrIdempotencyConflict}, args...)...)
 }
 
+// keyTaken returns the ErrIdempotencyConflict of a request key used for a
+// withdrawal other than the one it was first used for.
+func keyTaken(key string) error {
+	return conflictf("request key %s belongs to another withdrawal", key)
+}
+
 // inFlight returns an error wrapping ErrSubmissionInFlight for key.
 func inFlight(key, why string) error {
 	return fmt.Errorf("%w: request key %s %s", ErrSubmissionInFlight, key, why)

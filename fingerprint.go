@@ -44,32 +44,40 @@ type Fingerprinter interface {
 // leading or trailing zeros ("025.50" -> "25.5"), the currency in upper case.
 // It does not allocate when f is already canonical.
 func canonical(f Fingerprint) (Fingerprint, error) {
-	if err := checkText("withdrawal id", f.WithdrawalID); err != nil {
+	if err := checkIdentity(&f); err != nil {
 		return Fingerprint{}, err
 	}
-	if err := checkText("destination", f.Destination); err != nil {
+	if err := normalize(&f); err != nil {
 		return Fingerprint{}, err
 	}
+	return f, nil
+}
+
+// normalize validates f's amount and currency and puts both in canonical
+// form, in place (copies of a Fingerprint cost more than its checks). It
+// leaves the withdrawal id and destination to checkIdentity: they are compared
+// exactly, so a request whose id and destination equal those of a valid
+// record is valid without a second look.
+func normalize(f *Fingerprint) error {
 	amount, ok := canonicalAmount(f.Amount)
 	if !ok {
-		return Fingerprint{}, fmt.Errorf("%w: amount %q is not a positive decimal", ErrInvalidFingerprint, f.Amount)
+		return fmt.Errorf("%w: amount %q is not a positive decimal", ErrInvalidFingerprint, f.Amount)
 	}
 	currency, ok := canonicalCurrency(f.Currency)
 	if !ok {
-		return Fingerprint{}, fmt.Errorf("%w: currency %q is not 2-12 ASCII letters or digits", ErrInvalidFingerprint, f.Currency)
+		return fmt.Errorf("%w: currency %q is not 2-12 ASCII letters or digits", ErrInvalidFingerprint, f.Currency)
 	}
-	return Fingerprint{WithdrawalID: f.WithdrawalID, Amount: amount, Currency: currency, Destination: f.Destination}, nil
+	f.Amount, f.Currency = amount, currency
+	return nil
 }
 
-// sameWithdrawal reports whether f means the same withdrawal as valid, a
-// fingerprint that passed canonical. An f that is not valid is never the same.
-func sameWithdrawal(valid, f Fingerprint) bool {
-	if f == valid {
-		return true
+// checkIdentity refuses an empty withdrawal id or destination, or one that a
+// store could not hold as text.
+func checkIdentity(f *Fingerprint) error {
+	if err := checkText("withdrawal id", f.WithdrawalID); err != nil {
+		return err
 	}
-	a, _ := canonical(valid)
-	b, err := canonical(f)
-	return err == nil && a == b
+	return checkText("destination", f.Destination)
 }
 
 // checkText refuses an empty identifier, or one that a store could not hold.
@@ -84,22 +92,13 @@ func checkText(field, s string) error {
 }
 
 // storable says why s cannot be stored as text by every store (not valid
-// UTF-8, or a NUL byte), or returns "" when it can. It makes one pass over
-// ASCII, the usual case.
+// UTF-8, or a NUL byte), or returns "" when it can.
 func storable(s string) string {
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == 0:
-			return "contains a NUL byte"
-		case c >= utf8.RuneSelf:
-			if !utf8.ValidString(s[i:]) {
-				return "is not valid UTF-8"
-			}
-			if strings.IndexByte(s[i:], 0) >= 0 {
-				return "contains a NUL byte"
-			}
-			return ""
-		}
+	switch {
+	case !utf8.ValidString(s):
+		return "is not valid UTF-8"
+	case strings.IndexByte(s, 0) >= 0:
+		return "contains a NUL byte"
 	}
 	return ""
 }

@@ -103,28 +103,6 @@ func TestConcurrentTapsOfOneKeySendOnce(t *testing.T) {
 	}
 }
 
-func TestConcurrentTapsOfOneKeyWithAQuickRail(t *testing.T) {
-	s, _ := newLedger()
-	r := &rail{}
-	w := newWithdrawal("w-1")
-	errs := together(t, taps, func(int, <-chan struct{}) error {
-		out, err := s.Submit(bg, "req-1", w, func(ctx context.Context, req withdrawal) (withdrawal, error) {
-			time.Sleep(time.Millisecond)
-			return r.send(ctx, req)
-		})
-		if err == nil && out != w.sent("0xtx-w-1") {
-			return fmt.Errorf("outcome: got %+v", out)
-		}
-		return err
-	})
-	r.wantCalls(t, 1)
-	for _, err := range errs {
-		if err != nil && !errors.Is(err, submissions.ErrSubmissionInFlight) {
-			t.Fatalf("got %v; want the outcome or ErrSubmissionInFlight", err)
-		}
-	}
-}
-
 func TestConcurrentKeysForOneWithdrawalSendOnce(t *testing.T) {
 	for round := range 10 {
 		s, _ := newLedger()
@@ -261,7 +239,7 @@ func stressRound(t *testing.T, seed uint64) (sends, ops int64) {
 						}
 					}()
 				case op < 6:
-					if err := s.Resolve(bg, key, req.sent("0xresolved")); !isOneOf(err, submissions.ErrIdempotencyConflict) {
+					if err := s.Resolve(bg, key, req.sent("0xresolved")); !isOneOf(err, submissions.ErrIdempotencyConflict, submissions.ErrSubmissionInFlight) {
 						t.Errorf("Resolve: unexpected error %v", err)
 					}
 				case op < 8:

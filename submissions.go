@@ -16,9 +16,12 @@ import (
 // key that claimed it. Its guarantees hold within one process.
 //
 // A Submissions is safe for concurrent use by multiple goroutines; send runs
-// outside its lock, so different withdrawals are sent in parallel. The zero
-// value is an empty ledger that logs to slog.Default(). A Submissions must not
-// be copied after first use.
+// outside its lock, so different withdrawals are sent in parallel. The ledger
+// keeps the requests and outcomes it is given as they are: with a pointer or
+// reference type for R, callers must not change them afterwards.
+//
+// The zero value is an empty ledger that logs to slog.Default(). A Submissions
+// must not be copied after first use.
 type Submissions[R Fingerprinter] struct {
 	log *slog.Logger // nil means slog.Default()
 
@@ -29,31 +32,26 @@ type Submissions[R Fingerprinter] struct {
 
 // record is what the ledger knows about one request key.
 type record[R Fingerprinter] struct {
-	fp      Fingerprint // valid, as the call that made the record gave it; never changed
-	outcome R           // meaningful only when done
+	fp      Fingerprint // canonical; set before the record is shared, never changed
+	outcome R           // meaningful only when done; never changed once done
 	done    bool        // the outcome is known
 	sending bool        // this ledger is running the key's send
 }
 
 // New returns an empty in-memory ledger.
 func New[R Fingerprinter](opts ...Option) *Submissions[R] {
-	o := buildOptions(opts)
-	return &Submissions[R]{
-		log:     o.logger,
-		records: make(map[string]*record[R]),
-		claims:  make(claims),
-	}
+	return &Submissions[R]{log: buildOptions(opts).logger}
 }
 
 // Submit sends req at most once for key and returns the outcome.
 //
 // The key is trimmed of surrounding white space and checked first
-// (ErrInvalidKey); then a ctx already done returns ctx.Err() and claims
-// nothing. Then, in one step under the ledger's lock:
+// (ErrInvalidKey); then a ctx already done returns ctx.Err(), and a fingerprint
+// that is not valid returns ErrInvalidFingerprint, both claiming nothing. Then,
+// in one step under the ledger's lock:
 //
 //   - a key already recorded with the same fingerprint and a known outcome
 //     replays that outcome without calling send, and logs it at Info;
-//   - a fingerprint that is not valid is refused with ErrInvalidFingerprint;
 //   - a key recorded with another fingerprint is refused with
 //     ErrIdempotencyConflict;
 //   - a key recorded without a known outcome is refused with
@@ -64,13 +62,13 @@ func New[R Fingerprinter](opts ...Option) *Submissions[R] {
 //
 // Having claimed, Submit calls send(ctx, req) outside the lock (a nil send
 // records req itself as the outcome) and records the outcome it returns. If
-// send returns an error, panics, or returns an outcome with another
-// fingerprint, the key stays claimed with no outcome, because the money may
-// already be moving: a retry under the same key gets ErrSubmissionInFlight and
-// another key a *ConflictError until Resolve or Release closes it. The
-// returned error wraps send's error; a panic continues with its own value. A
-// ctx that ends while send runs matters only through what send returns: an
-// outcome returned without error is recorded, since it says what happened.
+// send returns an error, panics, or returns after ctx has ended, or returns an
+// outcome with another fingerprint, the key stays claimed with no outcome,
+// because the money may already be moving: a retry under the same key gets
+// ErrSubmissionInFlight and another key a *ConflictError until Resolve or
+// Release closes it. The returned error wraps send's error, or ctx's; a panic
+// continues with its own value. Each of these is logged at Warn with the key
+// and the withdrawal.
 //
 // On every refusal or failure Submit returns the zero R.
 func (s *Submissions[R]) Submit(ctx context.Context, key string, req R,
@@ -84,7 +82,10 @@ func (s *Submissions[R]) Submit(ctx context.Context, key string, req R,
 		return zero, err
 	}
 	fp := req.Fingerprint()
-	rec, claimed, err := s.claim(key, fp)
+	if err := normalize(&fp); err != nil {
+		return zero, err
+	}
+	rec, claimed, err := s.claim(key, &fp)
 	switch {
 	case err != nil:
 		return zero, err
@@ -97,41 +98,32 @@ func (s *Submissions[R]) Submit(ctx context.Context, key string, req R,
 
 // claim decides between replaying (the key's record, which has an outcome),
 // refusing (an error) and claiming (a new record marked as sending, and
-// claimed true). The check and the claim are one step under the lock.
-func (s *Submissions[R]) claim(key string, fp Fingerprint) (rec *record[R], claimed bool, err error) {
+// claimed true). The check and the claim are one step under the lock. fp has
+// been normalized; its id and destination are checked here, unless they are
+// those of the key's record and so known to be valid.
+func (s *Submissions[R]) claim(key string, fp *Fingerprint) (rec *record[R], claimed bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rec, ok := s.records[key]
-	if ok && rec.fp == fp {
-		// A retry usually brings the very fingerprint that made the record:
-		// valid and the same, with nothing to canonicalise.
-		return known(key, rec)
+	if ok && rec.fp == *fp {
+		if !rec.done {
+			return nil, false, inFlight(key, "is claimed and its outcome is not known yet")
+		}
+		return rec, false, nil
 	}
-	// Validating under the lock costs time linear in the fingerprint's
-	// length, as hashing and comparing it in the maps already does.
-	if _, err := canonical(fp); err != nil {
+	// Linear in the lengths of the id and destination, as hashing and
+	// comparing them in the maps already is.
+	if err := checkIdentity(fp); err != nil {
 		return nil, false, err
 	}
 	if ok {
-		if !sameWithdrawal(rec.fp, fp) {
-			return nil, false, conflictf("request key %s belongs to another withdrawal", key)
-		}
-		return known(key, rec)
+		return nil, false, keyTaken(key)
 	}
-	rec = &record[R]{fp: fp, sending: true}
+	rec = &record[R]{fp: *fp, sending: true}
 	if err := s.insert(key, rec); err != nil {
 		return nil, false, err
 	}
 	return rec, true, nil
-}
-
-// known answers a request for a key recorded with the same fingerprint: its
-// record to replay, or ErrSubmissionInFlight while its outcome is unknown.
-func known[R Fingerprinter](key string, rec *record[R]) (*record[R], bool, error) {
-	if !rec.done {
-		return nil, false, inFlight(key, "is claimed and its outcome is not known yet")
-	}
-	return rec, false, nil
 }
 
 // insert claims rec's withdrawal for key and records rec under key, or returns
@@ -149,7 +141,8 @@ func (s *Submissions[R]) insert(key string, rec *record[R]) error {
 	return nil
 }
 
-// send runs the claimed key's send and settles its record.
+// send runs the claimed key's send and settles its record: the outcome, or
+// no outcome and the key left claimed.
 func (s *Submissions[R]) send(ctx context.Context, key string, rec *record[R], req R,
 	send func(ctx context.Context, req R) (R, error)) (R, error) {
 	var zero R
@@ -159,19 +152,25 @@ func (s *Submissions[R]) send(ctx context.Context, key string, rec *record[R], r
 			s.mu.Lock()
 			rec.sending = false
 			s.mu.Unlock()
-			s.note(ctx, slog.LevelWarn, "send did not return; the outcome is unknown and the key stays claimed", key, rec.fp.WithdrawalID, nil)
+			s.note(ctx, slog.LevelWarn, "send did not complete; the outcome is unknown and the key stays claimed", key, rec.fp.WithdrawalID, nil)
 		}
 	}()
 	out, err := req, error(nil)
 	if send != nil {
 		out, err = send(ctx, req)
 	}
-	mismatch := err == nil && !sameWithdrawal(rec.fp, out.Fingerprint())
+	if err == nil {
+		err = ctx.Err() // an answer after the caller's context ended is not taken as known
+	}
+	mismatch := false
+	if err == nil {
+		got := out.Fingerprint()
+		mismatch = normalize(&got) != nil || got != rec.fp // equal to the record's, so valid
+	}
 
 	s.mu.Lock()
 	rec.sending = false
-	resolved := rec.done
-	if err == nil && !mismatch && !resolved {
+	if err == nil && !mismatch {
 		rec.outcome, rec.done = out, true
 	}
 	s.mu.Unlock()
@@ -185,10 +184,6 @@ func (s *Submissions[R]) send(ctx context.Context, key string, rec *record[R], r
 		err := conflictf("send for request key %s returned an outcome for another withdrawal; the key stays claimed", key)
 		s.note(ctx, slog.LevelWarn, "send returned an outcome for another withdrawal; the key stays claimed", key, rec.fp.WithdrawalID, err)
 		return zero, err
-	case resolved: // Resolve recorded an outcome while send ran; it never changes
-		if err := sameOutcome(key, rec.outcome, out); err != nil {
-			return zero, fmt.Errorf("send for request key %s returned after Resolve: %w", key, err)
-		}
 	}
 	return out, nil
 }
@@ -198,19 +193,20 @@ func (s *Submissions[R]) send(ctx context.Context, key string, rec *record[R], r
 // ctx, then the outcome's fingerprint (ErrInvalidFingerprint).
 //
 // For an in-flight key, the outcome's fingerprint must match the request's
-// (ErrIdempotencyConflict otherwise), and it is recorded. For a key that has
-// an outcome, the same outcome again is accepted and a different one is an
+// (ErrIdempotencyConflict otherwise), and it is recorded. While this ledger is
+// still running the key's send, Resolve is refused with ErrSubmissionInFlight:
+// the rail's own answer is on its way and is better evidence. For a key that
+// has an outcome, the same outcome again is accepted and a different one is an
 // ErrIdempotencyConflict. For an unknown key, the withdrawal's claim is checked
 // first, exactly as Submit checks it: if another key holds it, Resolve returns
 // a *ConflictError naming the holder and records nothing; otherwise the key is
-// recorded with the outcome and claims the withdrawal. A Resolve while this
-// ledger is still running the key's send is accepted; when the send returns,
-// Submit returns its outcome if it is the same as the resolved one and an
-// ErrIdempotencyConflict if not, and the resolved outcome stands.
+// recorded with the outcome and claims the withdrawal.
 //
 // Two outcomes are the same when their encoding/json encodings are equal byte
-// for byte; an outcome that encoding/json cannot encode is never the same as
-// another, and the comparison's error is returned.
+// for byte. An outcome that encoding/json cannot encode is never the same as
+// another, and the comparison's error is returned; a type whose encoding
+// leaves out what differs (one with no exported fields encodes as {}) makes
+// different outcomes look the same.
 func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) error {
 	key, err := validKey(key)
 	if err != nil {
@@ -219,31 +215,32 @@ func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) err
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	fp := outcome.Fingerprint()
-	if _, err := canonical(fp); err != nil {
+	fp, err := canonical(outcome.Fingerprint())
+	if err != nil {
 		return err
 	}
 
 	s.mu.Lock()
 	rec, ok := s.records[key]
-	var prev R
 	had := false
 	switch {
 	case !ok:
 		err = s.insert(key, &record[R]{fp: fp, outcome: outcome, done: true})
-	case !sameWithdrawal(rec.fp, fp):
-		err = conflictf("request key %s belongs to another withdrawal", key)
+	case rec.fp != fp:
+		err = keyTaken(key)
 	case rec.done:
-		prev, had = rec.outcome, true
+		had = true
+	case rec.sending:
+		err = inFlight(key, "is being sent by this ledger; resolve it once its send has returned")
 	default:
 		rec.outcome, rec.done = outcome, true
 	}
 	s.mu.Unlock()
-	if err != nil {
+	switch {
+	case err != nil:
 		return err
-	}
-	if had {
-		return sameOutcome(key, prev, outcome)
+	case had: // done for good, so rec.outcome is not written again
+		return sameOutcome(key, rec.outcome, outcome)
 	}
 	s.note(ctx, slog.LevelInfo, "submission resolved", key, fp.WithdrawalID, nil)
 	return nil
@@ -305,12 +302,8 @@ func (s *Submissions[R]) Outcome(ctx context.Context, key string) (outcome R, ok
 }
 
 // ClaimedBy returns the request key that holds withdrawalID's claim, with ok
-// false when no key holds it. The id is matched exactly; an id no fingerprint
-// could carry (empty, not UTF-8, with a NUL byte) is an ErrInvalidFingerprint.
+// false when no key holds it. The id is matched exactly.
 func (s *Submissions[R]) ClaimedBy(ctx context.Context, withdrawalID string) (key string, ok bool, err error) {
-	if err := checkText("withdrawal id", withdrawalID); err != nil {
-		return "", false, err
-	}
 	if err := ctx.Err(); err != nil {
 		return "", false, err
 	}
