@@ -5,29 +5,40 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/idemledger/submissions"
 )
 
-// Each benchmark family runs the ledger beside its floor, the least its design
-// must do, in the same run; scripts/bench prints the ratios. The ledgers log
-// to a discarding handler, as a service that keeps Info off would.
+// Each benchmark family runs the ledger and its floor, the least its design
+// must do, in turns of one chunk each inside the same benchmark, so that the
+// drift of a shared machine falls on both alike, and reports both times, their
+// ratio and the ledger's allocations per call. scripts/bench prints the
+// ratios. The ledgers log to a discarding handler, as a service that keeps
+// Info off would.
 
 // batch is how many fresh submits one ledger takes before the benchmark starts
 // a new one, in the ledger and its floor alike, so that memory stays bounded
 // whatever b.N is.
-const batch = 1 << 14
+const (
+	batch = 1 << 14
+	chunk = 1 << 8 // calls timed together, on one side, in one turn
+)
 
-func freshInputs() ([]string, []withdrawal) {
-	keys, reqs := make([]string, batch), make([]withdrawal, batch)
-	for i := range batch {
-		keys[i] = fmt.Sprintf("req-%08d", i)
-		reqs[i] = newWithdrawal(fmt.Sprintf("w-%08d", i))
+// benchInput returns the i-th request key and withdrawal, shaped like a
+// payout service's: UUID keys and ids, a 42-character address.
+func benchInput(i int) (string, withdrawal) {
+	key := fmt.Sprintf("5f0c2a8e-%04x-4b1d-9e3a-%012x", i>>16, i)
+	w := withdrawal{
+		ID:       fmt.Sprintf("0b7e91d4-%04x-4c2f-8a6b-%012x", i>>16, i),
+		Amount:   "25.00",
+		Currency: "USDC",
+		Dest:     "0x9f2c4e1b7a3d5c8e0f6a2b4d1c3e5f7a9b8c6d4e",
+		State:    "approved",
 	}
-	return keys, reqs
+	return key, w
 }
 
 func echo(_ context.Context, w withdrawal) (withdrawal, error) { return w, nil }
@@ -36,64 +47,77 @@ func quietLedger() *submissions.Submissions[withdrawal] {
 	return submissions.New[withdrawal](submissions.WithLogger(slog.New(slog.DiscardHandler)))
 }
 
-func BenchmarkSubmitFresh(b *testing.B) {
-	keys, reqs := freshInputs()
-	b.Run("ledger", func(b *testing.B) {
-		b.ReportAllocs()
-		runtime.GC() // start from the same heap as the floor
-		var s *submissions.Submissions[withdrawal]
-		i := 0
-		for b.Loop() {
-			if i == 0 {
-				s = quietLedger()
-			}
-			if _, err := s.Submit(bg, keys[i], reqs[i], echo); err != nil {
-				b.Fatal(err)
-			}
-			i = (i + 1) % batch
+// paired runs ledger(n) and then floor(n) for the next chunk of call numbers
+// n, in turns, one turn an iteration of b.Loop, and reports the time per call
+// of both, their ratio, and the ledger's allocations per call, counted by
+// testing.AllocsPerRun after the turns (counting before them slows what
+// follows on some machines).
+func paired(b *testing.B, ledger, floor func(n int)) {
+	var ledgerTime, floorTime time.Duration
+	n := 0
+	for b.Loop() {
+		start := time.Now()
+		for i := range chunk {
+			ledger(n + i)
 		}
-	})
-	b.Run("floor", func(b *testing.B) {
-		b.ReportAllocs()
-		runtime.GC()
-		var f *floor
-		i := 0
-		for b.Loop() {
-			if i == 0 {
-				f = newFloor()
-			}
-			if _, err := f.submit(bg, keys[i], reqs[i], echo); err != nil {
-				b.Fatal(err)
-			}
-			i = (i + 1) % batch
+		mid := time.Now()
+		for i := range chunk {
+			floor(n + i)
+		}
+		ledgerTime += mid.Sub(start)
+		floorTime += time.Since(mid)
+		n += chunk
+	}
+	b.ReportMetric(0, "ns/op") // a turn is a chunk on each side; the per-call figures follow
+	b.ReportMetric(float64(ledgerTime.Nanoseconds())/float64(n), "ledger-ns/call")
+	b.ReportMetric(float64(floorTime.Nanoseconds())/float64(n), "floor-ns/call")
+	b.ReportMetric(float64(ledgerTime)/float64(floorTime), "ratio")
+	b.ReportMetric(testing.AllocsPerRun(chunk, func() { ledger(n); n++ }), "ledger-allocs/call")
+}
+
+func BenchmarkSubmitFresh(b *testing.B) {
+	keys := make([]string, batch)
+	reqs := make([]withdrawal, batch)
+	for i := range batch {
+		keys[i], reqs[i] = benchInput(i)
+	}
+	var s *submissions.Submissions[withdrawal]
+	var f *floor
+	paired(b, func(n int) {
+		i := n % batch
+		if i == 0 {
+			s = quietLedger()
+		}
+		if _, err := s.Submit(bg, keys[i], reqs[i], echo); err != nil {
+			b.Fatal(err)
+		}
+	}, func(n int) {
+		i := n % batch
+		if i == 0 {
+			f = newFloor()
+		}
+		if _, err := f.submit(bg, keys[i], reqs[i], echo); err != nil {
+			b.Fatal(err)
 		}
 	})
 }
 
 func BenchmarkSubmitReplay(b *testing.B) {
-	w := newWithdrawal("w-1")
-	b.Run("ledger", func(b *testing.B) {
-		b.ReportAllocs()
-		s := quietLedger()
-		if _, err := s.Submit(bg, "req-1", w, echo); err != nil {
+	key, w := benchInput(1)
+	s, f := quietLedger(), newFloor()
+	if _, err := s.Submit(bg, key, w, echo); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := f.submit(bg, key, w, echo); err != nil {
+		b.Fatal(err)
+	}
+	paired(b, func(int) {
+		if _, err := s.Submit(bg, key, w, echo); err != nil {
 			b.Fatal(err)
 		}
-		for b.Loop() {
-			if _, err := s.Submit(bg, "req-1", w, echo); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("floor", func(b *testing.B) {
-		b.ReportAllocs()
-		f := newFloor()
-		if _, err := f.submit(bg, "req-1", w, echo); err != nil {
-			b.Fatal(err)
-		}
-		for b.Loop() {
-			if _, ok := f.replay("req-1"); !ok {
-				b.Fatal("no outcome to replay")
-			}
+	}, func(int) {
+		if _, ok := f.replay(key); !ok {
+			b.Fatal("no outcome to replay")
 		}
 	})
 }
