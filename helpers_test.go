@@ -128,10 +128,10 @@ func wantConflict(t *testing.T, err error, holder string) *submissions.ConflictE
 		t.Fatalf("Holder: got %q; want %q", ce.Holder, holder)
 	}
 	if !errors.Is(err, submissions.ErrIdempotencyConflict) {
-		t.Fatalf("errors.Is(%v, ErrIdempotencyConflict) is false", err)
+		t.Fatalf("errors.Is(%v, ErrIdempotencyConflict): got false; want true", err)
 	}
 	if !strings.Contains(err.Error(), holder) {
-		t.Fatalf("error %q does not name the holder %q", err, holder)
+		t.Fatalf("error: got %q; want it to name the holder %q", err, holder)
 	}
 	return ce
 }

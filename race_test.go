@@ -80,7 +80,7 @@ func TestConcurrentTapsOfOneKeySendOnce(t *testing.T) {
 			})
 			if err == nil {
 				if out != w.sent("0xtx-"+w.ID) {
-					return fmt.Errorf("outcome: got %+v", out)
+					return fmt.Errorf("outcome: got %+v; want %+v", out, w.sent("0xtx-"+w.ID))
 				}
 				outcomes.Add(1)
 			}
@@ -129,10 +129,10 @@ func TestConcurrentKeysForOneWithdrawalSendOnce(t *testing.T) {
 			wantConflict(t, err, holder)
 		}
 		if wins != 1 {
-			t.Fatalf("round %d: %d winners; want 1", round, wins)
+			t.Fatalf("round %d: winners: got %d; want 1", round, wins)
 		}
 		if _, ok, _ := s.Outcome(bg, holder); !ok {
-			t.Fatalf("round %d: the holder %s has no outcome", round, holder)
+			t.Fatalf("round %d: Outcome(%s): got none; want the winner's", round, holder)
 		}
 	}
 }
@@ -173,7 +173,7 @@ func stressRound(t *testing.T, seed uint64) (sends, ops int64) {
 		return func(_ context.Context, req withdrawal) (withdrawal, error) {
 			calls.Add(1)
 			if n := sending[i].Add(1); n != 1 {
-				t.Errorf("withdrawal %s is inside %d sends at once", req.ID, n)
+				t.Errorf("sends of %s running at once: got %d; want 1", req.ID, n)
 			}
 			defer sending[i].Add(-1)
 			if fate%2 == 0 {
@@ -196,7 +196,7 @@ func stressRound(t *testing.T, seed uint64) (sends, ops int64) {
 			return
 		}
 		if holder, _, _ := s.ClaimedBy(bg, out.ID); holder != key {
-			t.Errorf("Outcome(%s) is for %s, which is claimed by %q", key, out.ID, holder)
+			t.Errorf("Outcome(%s) is for %s: ClaimedBy got %q; want %s", key, out.ID, holder, key)
 		}
 	}
 	isOneOf := func(err error, targets ...error) bool {
@@ -232,7 +232,7 @@ func stressRound(t *testing.T, seed uint64) (sends, ops int64) {
 						}()
 						out, err := s.Submit(bg, key, req, send(rng, i))
 						if err == nil && out.Fingerprint() != req.Fingerprint() {
-							t.Errorf("Submit(%s, %s) returned an outcome for %s", key, req.ID, out.ID)
+							t.Errorf("Submit(%s, %s): got an outcome for %s; want one for %s", key, req.ID, out.ID, req.ID)
 						}
 						if !isOneOf(err, errRail, submissions.ErrIdempotencyConflict, submissions.ErrSubmissionInFlight) {
 							t.Errorf("Submit: unexpected error %v", err)

@@ -171,18 +171,21 @@ func run(ctx context.Context, out io.Writer) (map[string]int, error) {
 func taps(ctx context.Context, ledger *submissions.Submissions[Withdrawal], rail *Rail, n int, key func(int) string, w Withdrawal) []string {
 	got := make([]string, n)
 	start := make(chan struct{})
-	var wg sync.WaitGroup
+	var ready, done sync.WaitGroup
 	for i := range n {
-		wg.Add(1)
+		ready.Add(1)
+		done.Add(1)
 		go func() {
-			defer wg.Done()
+			defer done.Done()
+			ready.Done()
 			<-start
 			out, err := ledger.Submit(ctx, key(i), w, rail.Send)
 			got[i] = fmt.Sprintf("caller %d: %s", i+1, describe(out, err))
 		}()
 	}
+	ready.Wait()
 	close(start)
-	wg.Wait()
+	done.Wait()
 	return got
 }
 
