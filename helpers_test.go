@@ -58,6 +58,14 @@ var errRail = errors.New("rail timed out")
 
 func failing(context.Context, withdrawal) (withdrawal, error) { return withdrawal{}, errRail }
 
+// strand submits w under key with a failing send, which leaves the key
+// claimed with no outcome.
+func strand(t *testing.T, s *submissions.Submissions[withdrawal], key string, w withdrawal) {
+	t.Helper()
+	_, err := s.Submit(bg, key, w, failing)
+	wantErr(t, err, errRail)
+}
+
 // logs is a slog.Handler that keeps what it is given.
 type logs struct {
 	mu      sync.Mutex

@@ -320,8 +320,7 @@ func TestKeyReusedForAnotherWithdrawalIsAConflict(t *testing.T) {
 			s, _ := newLedger()
 			r := &rail{}
 			if inFlight {
-				_, err := s.Submit(bg, "req-1", newWithdrawal("w-1"), failing)
-				wantErr(t, err, errRail)
+				strand(t, s, "req-1", newWithdrawal("w-1"))
 			} else if _, err := s.Submit(bg, "req-1", newWithdrawal("w-1"), r.send); err != nil {
 				t.Fatal(err)
 			}
@@ -359,7 +358,7 @@ func TestKeyWithoutOutcomeIsInFlight(t *testing.T) {
 	_, err := s.Submit(bg, "req-1", newWithdrawal("w-1"), r.send)
 	wantErr(t, err, submissions.ErrSubmissionInFlight)
 	if !strings.Contains(err.Error(), "req-1") {
-		t.Fatalf("error %q does not name the key", err)
+		t.Fatalf("error: got %q; want it to name req-1", err)
 	}
 	close(finish)
 	if err := <-done; err != nil {
@@ -403,9 +402,8 @@ func TestSecondKeyForAClaimedWithdrawalIsRefused(t *testing.T) {
 func TestSecondKeyIsRefusedWhileTheFirstIsInFlight(t *testing.T) {
 	s, _ := newLedger()
 	r := &rail{}
-	_, err := s.Submit(bg, "req-1", newWithdrawal("w-1"), failing)
-	wantErr(t, err, errRail)
-	_, err = s.Submit(bg, "req-2", newWithdrawal("w-1"), r.send)
+	strand(t, s, "req-1", newWithdrawal("w-1"))
+	_, err := s.Submit(bg, "req-2", newWithdrawal("w-1"), r.send)
 	wantConflict(t, err, "req-1")
 	r.wantCalls(t, 0)
 }
@@ -558,8 +556,7 @@ func TestResolveClosesAnInFlightKey(t *testing.T) {
 	s, l := newLedger()
 	r := &rail{}
 	w := newWithdrawal("w-1")
-	_, err := s.Submit(bg, "req-1", w, failing)
-	wantErr(t, err, errRail)
+	strand(t, s, "req-1", w)
 
 	found := w.sent("0xfound")
 	found.Amount, found.Currency = "25", "usdc" // the same withdrawal, written another way
@@ -588,8 +585,7 @@ func TestResolveClosesAnInFlightKey(t *testing.T) {
 
 func TestResolveOfAnotherWithdrawalOnAnInFlightKeyIsRefused(t *testing.T) {
 	s, _ := newLedger()
-	_, err := s.Submit(bg, "req-1", newWithdrawal("w-1"), failing)
-	wantErr(t, err, errRail)
+	strand(t, s, "req-1", newWithdrawal("w-1"))
 	wantErr(t, s.Resolve(bg, "req-1", newWithdrawal("w-2")), submissions.ErrIdempotencyConflict)
 	wantOutcome(t, s, "req-1", withdrawal{}, false)
 	wantHolder(t, s, "w-2", "")
@@ -676,11 +672,10 @@ func TestResolveUnderAFreshKey(t *testing.T) {
 	s, _ := newLedger()
 	r := &rail{}
 	w := newWithdrawal("w-1")
-	_, err := s.Submit(bg, "req-1", w, failing)
-	wantErr(t, err, errRail)
+	strand(t, s, "req-1", w)
 
 	// A callback under a fresh key cannot write onto a held withdrawal.
-	err = s.Resolve(bg, "callback-1", w.sent("0xforged"))
+	err := s.Resolve(bg, "callback-1", w.sent("0xforged"))
 	wantConflict(t, err, "req-1")
 	wantOutcome(t, s, "callback-1", withdrawal{}, false)
 	wantHolder(t, s, "w-1", "req-1")
@@ -709,8 +704,7 @@ func TestReleaseFreesTheKeyAndTheWithdrawal(t *testing.T) {
 	s, l := newLedger()
 	r := &rail{}
 	w := newWithdrawal("w-1")
-	_, err := s.Submit(bg, "req-1", w, failing)
-	wantErr(t, err, errRail)
+	strand(t, s, "req-1", w)
 	if err := s.Release(bg, " req-1"); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
@@ -723,7 +717,7 @@ func TestReleaseFreesTheKeyAndTheWithdrawal(t *testing.T) {
 	if _, err := s.Submit(bg, "req-2", w, r.send); err != nil {
 		t.Fatalf("Submit under another key after Release: %v", err)
 	}
-	_, err = s.Submit(bg, "req-1", w, r.send)
+	_, err := s.Submit(bg, "req-1", w, r.send)
 	wantConflict(t, err, "req-2")
 	r.wantCalls(t, 1)
 }
@@ -732,8 +726,7 @@ func TestReleasedKeyMaySendAgain(t *testing.T) {
 	s, _ := newLedger()
 	r := &rail{}
 	w := newWithdrawal("w-1")
-	_, err := s.Submit(bg, "req-1", w, failing)
-	wantErr(t, err, errRail)
+	strand(t, s, "req-1", w)
 	if err := s.Release(bg, "req-1"); err != nil {
 		t.Fatal(err)
 	}
@@ -756,8 +749,7 @@ func TestReleaseOfAKeyWithAnOutcomeIsRefused(t *testing.T) {
 	wantHolder(t, s, "w-1", "req-1")
 
 	// A resolved key is as closed as a sent one.
-	_, err = s.Submit(bg, "req-2", newWithdrawal("w-2"), failing)
-	wantErr(t, err, errRail)
+	strand(t, s, "req-2", newWithdrawal("w-2"))
 	if err := s.Resolve(bg, "req-2", newWithdrawal("w-2")); err != nil {
 		t.Fatal(err)
 	}
@@ -819,13 +811,11 @@ func TestReleaseOfAnUnknownKeyDoesNothing(t *testing.T) {
 func TestLateReleaseDoesNotEvictAMovedClaim(t *testing.T) {
 	s, _ := newLedger()
 	w := newWithdrawal("w-1")
-	_, err := s.Submit(bg, "req-1", w, failing)
-	wantErr(t, err, errRail)
+	strand(t, s, "req-1", w)
 	if err := s.Release(bg, "req-1"); err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.Submit(bg, "req-2", w, failing)
-	wantErr(t, err, errRail)
+	strand(t, s, "req-2", w)
 	// The operator's second, late release of req-1 must not free req-2's claim.
 	if err := s.Release(bg, "req-1"); err != nil {
 		t.Fatalf("late Release: %v", err)
@@ -841,8 +831,7 @@ func TestReads(t *testing.T) {
 	s, _ := newLedger()
 	wantOutcome(t, s, "req-1", withdrawal{}, false)
 	wantHolder(t, s, "w-1", "")
-	_, err := s.Submit(bg, "req-1", newWithdrawal("w-1"), failing)
-	wantErr(t, err, errRail)
+	strand(t, s, "req-1", newWithdrawal("w-1"))
 	wantOutcome(t, s, "req-1", withdrawal{}, false)
 	wantHolder(t, s, "w-1", "req-1")
 	wantHolder(t, s, "W-1", "")
