@@ -1,0 +1,59 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// urlVar names the connection string the tests read.
+const urlVar = "SUBMISSIONS_TEST_DATABASE_URL"
+
+// testPool returns a pool on the test database with room for conns
+// connections. Without a database it skips the test, saying how to get one;
+// with CI=true a missing database fails it instead.
+func testPool(t testing.TB, conns int32) *pgxpool.Pool {
+	t.Helper()
+	url := os.Getenv(urlVar)
+	if url == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is not set, and CI=true: the PostgreSQL tests must run (scripts/test starts a server)", urlVar)
+		}
+		t.Skipf("%s is not set: skipping a PostgreSQL test (scripts/test starts a local server when it can)", urlVar)
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatalf("%s: %v", urlVar, err)
+	}
+	cfg.MaxConns = conns
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err == nil {
+		err = pool.Ping(ctx)
+	}
+	if err != nil {
+		t.Fatalf("connect to the test database: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+var tables atomic.Int64
+
+// testTable returns a table name of this test's own, dropped when it ends.
+func testTable(t testing.TB, pool *pgxpool.Pool) string {
+	t.Helper()
+	name := fmt.Sprintf("t%d_%d", os.Getpid(), tables.Add(1))
+	t.Cleanup(func() {
+		if _, err := pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+name); err != nil {
+			t.Errorf("drop %s: %v", name, err)
+		}
+	})
+	return name
+}

@@ -1,0 +1,156 @@
+// Package pgstore keeps the state of a submissions ledger in PostgreSQL, so
+// that several instances of a payout service share one set of claims and the
+// database's unique constraints pick the one winner of every race.
+//
+// Work in progress: this package has the schema, Migrate and the translation
+// of constraint violations; the store methods the ledger calls come with the
+// root package's Store interface.
+package pgstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemledger/submissions"
+)
+
+//go:embed schema.sql
+var schema string
+
+// DefaultTable is the table a Store uses unless WithTable names another.
+const DefaultTable = "submissions"
+
+// Store keeps a ledger's records and claims in one PostgreSQL table. It is
+// safe for concurrent use, and several Stores, in several processes, may share
+// one table.
+type Store[R submissions.Fingerprinter] struct {
+	pool   *pgxpool.Pool
+	names  names
+	schema string // the embedded schema for this table
+	lockID int64  // the advisory lock Migrate holds
+}
+
+// names are the identifiers of one table's objects, quoted for SQL.
+type names struct {
+	table, keyUnique, withdrawalUnique string
+	// unquoted constraint names, as PostgreSQL reports them in errors
+	keyConstraint, withdrawalConstraint string
+}
+
+// An Option configures a Store made by New.
+type Option interface {
+	apply(*options)
+}
+
+type options struct {
+	table string
+}
+
+type optionFunc func(*options)
+
+func (f optionFunc) apply(o *options) { f(o) }
+
+// WithTable sets the table's name: a lower-case SQL identifier of at most 40
+// characters (letters, digits, underscores), optionally qualified by a schema
+// ("payouts.submissions"). The default is DefaultTable.
+func WithTable(name string) Option {
+	return optionFunc(func(o *options) { o.table = name })
+}
+
+var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
+
+// New returns a Store over pool. It does not touch the database; call Migrate
+// to create the table.
+func New[R submissions.Fingerprinter](pool *pgxpool.Pool, opts ...Option) (*Store[R], error) {
+	if pool == nil {
+		return nil, errors.New("pgstore: nil pool")
+	}
+	o := options{table: DefaultTable}
+	for _, opt := range opts {
+		if opt != nil {
+			opt.apply(&o)
+		}
+	}
+	parts := strings.Split(o.table, ".")
+	if len(parts) > 2 {
+		return nil, fmt.Errorf("pgstore: table name %q has more than one dot", o.table)
+	}
+	for _, p := range parts {
+		if !identifier.MatchString(p) {
+			return nil, fmt.Errorf("pgstore: table name %q: %q is not a lower-case identifier of at most 40 characters", o.table, p)
+		}
+	}
+	base := parts[len(parts)-1]
+	n := names{
+		table:                pgx.Identifier(parts).Sanitize(),
+		keyConstraint:        base + "_key_unique",
+		withdrawalConstraint: base + "_withdrawal_unique",
+	}
+	n.keyUnique = pgx.Identifier{n.keyConstraint}.Sanitize()
+	n.withdrawalUnique = pgx.Identifier{n.withdrawalConstraint}.Sanitize()
+	ddl := strings.NewReplacer(
+		"{{table}}", n.table,
+		"{{key_unique}}", n.keyUnique,
+		"{{withdrawal_unique}}", n.withdrawalUnique,
+		"{{settled_check}}", pgx.Identifier{base + "_settled_check"}.Sanitize(),
+		"{{in_flight_index}}", pgx.Identifier{base + "_in_flight"}.Sanitize(),
+		"{{settled_index}}", pgx.Identifier{base + "_settled"}.Sanitize(),
+	).Replace(schema)
+	h := fnv.New64a()
+	h.Write([]byte("github.com/idemledger/submissions/pgstore:" + o.table))
+	return &Store[R]{pool: pool, names: n, schema: ddl, lockID: int64(h.Sum64())}, nil
+}
+
+// Migrate creates the table, its constraints and its indexes if they do not
+// exist. It is idempotent, and safe to run from several instances at once: it
+// holds a transaction-scoped advisory lock named after the table while it runs.
+func (s *Store[R]) Migrate(ctx context.Context) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("pgstore: migrate: %w", err)
+	}
+	defer tx.Rollback(ctx) // a no-op after Commit
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", s.lockID); err != nil {
+		return fmt.Errorf("pgstore: migrate: take the advisory lock: %w", err)
+	}
+	if _, err := tx.Exec(ctx, s.schema); err != nil {
+		return fmt.Errorf("pgstore: migrate %s: %w", s.names.table, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("pgstore: migrate: %w", err)
+	}
+	return nil
+}
+
+// The answers a unique violation gives, told apart by the constraint's name.
+var (
+	errKeyTaken        = errors.New("pgstore: request key already recorded")
+	errWithdrawalTaken = errors.New("pgstore: withdrawal already claimed")
+)
+
+// translate is the one place driver errors become the store's answers: a
+// unique violation (23505) on the key constraint is errKeyTaken, on the
+// withdrawal constraint errWithdrawalTaken, each wrapping the driver's error.
+// Anything else comes back as it is.
+func (s *Store[R]) translate(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "23505" {
+		return err
+	}
+	switch pgErr.ConstraintName {
+	case s.names.keyConstraint:
+		return fmt.Errorf("%w: %w", errKeyTaken, err)
+	case s.names.withdrawalConstraint:
+		return fmt.Errorf("%w: %w", errWithdrawalTaken, err)
+	}
+	return err
+}
