@@ -25,6 +25,13 @@ var (
 	// sent or read.
 	ErrInvalidKey = errors.New("invalid request key")
 
+	// ErrOutcomeNotRecorded is returned, with the outcome send returned, when
+	// that outcome could not be recorded: the store failed (a lost
+	// connection, a database down) or the key was released while its send
+	// ran. The money may have moved. The key stays in flight: resolve it with
+	// the outcome that came with this error.
+	ErrOutcomeNotRecorded = errors.New("outcome not recorded")
+
 	// ErrInvalidFingerprint is returned when a withdrawal's Fingerprint breaks
 	// the rules documented on Fingerprint. Nothing is claimed or sent.
 	ErrInvalidFingerprint = errors.New("invalid fingerprint")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -11,36 +12,54 @@ import (
 
 // Submissions is a submission ledger: it calls a service's send function at
 // most once per withdrawal, however many callers ask and under however many
-// request keys. It keeps two indexes in memory behind one mutex: request key
-// to record (fingerprint and, once known, outcome) and withdrawal id to the
-// key that claimed it. Its guarantees hold within one process.
+// request keys. It keeps two indexes, request key to record (fingerprint and,
+// once known, outcome) and withdrawal id to the key that claimed it, in a
+// Store: in memory by default (New), where its guarantees hold within one
+// process, or in a shared database (NewWithStore), where they hold across the
+// instances that share it.
 //
 // A Submissions is safe for concurrent use by multiple goroutines; send runs
-// outside its lock, so different withdrawals are sent in parallel. The ledger
+// outside any lock, so different withdrawals are sent in parallel. The ledger
 // keeps the requests and outcomes it is given as they are: with a pointer or
 // reference type for R, callers must not change them afterwards.
 //
-// The zero value is an empty ledger that logs to slog.Default(). A Submissions
-// must not be copied after first use.
+// The zero value is an empty in-memory ledger that logs to slog.Default(). A
+// Submissions must not be copied after first use.
 type Submissions[R Fingerprinter] struct {
 	log *slog.Logger // nil means slog.Default()
 
-	mu      sync.Mutex            // protects records and claims
-	records map[string]*record[R] // request key -> record
-	claims  claims                // withdrawal id -> request key
-}
-
-// record is what the ledger knows about one request key.
-type record[R Fingerprinter] struct {
-	fp      Fingerprint // canonical; set before the record is shared, never changed
-	outcome R           // meaningful only when done; never changed once done
-	done    bool        // the outcome is known
-	sending bool        // this ledger is running the key's send
+	once sync.Once  // sets be for the zero value
+	be   backend[R] // where the state lives
 }
 
 // New returns an empty in-memory ledger.
 func New[R Fingerprinter](opts ...Option) *Submissions[R] {
-	return &Submissions[R]{log: buildOptions(opts).logger}
+	return NewWithStore(NewMemoryStore[R](), opts...)
+}
+
+// NewWithStore returns a ledger whose state lives in store. Several ledgers,
+// in several processes, may share one store: the store's atomic decisions
+// keep a withdrawal to one send among all of them. It panics if store is nil.
+func NewWithStore[R Fingerprinter](store Store[R], opts ...Option) *Submissions[R] {
+	s := &Submissions[R]{log: buildOptions(opts).logger}
+	switch st := store.(type) {
+	case nil:
+		panic("submissions: NewWithStore with a nil Store")
+	case *memStore[R]:
+		s.be = st
+	default:
+		s.be = &guarded[R]{store: st, sends: make(map[string]int)}
+	}
+	return s
+}
+
+func (s *Submissions[R]) backend() backend[R] {
+	s.once.Do(func() {
+		if s.be == nil {
+			s.be = &memStore[R]{}
+		}
+	})
+	return s.be
 }
 
 // Submit sends req at most once for key and returns the outcome.
@@ -48,7 +67,7 @@ func New[R Fingerprinter](opts ...Option) *Submissions[R] {
 // The key is trimmed of surrounding white space and checked first
 // (ErrInvalidKey); then a ctx already done returns ctx.Err(), and a fingerprint
 // that is not valid returns ErrInvalidFingerprint, both claiming nothing. Then,
-// in one step under the ledger's lock:
+// in one atomic step of the store:
 //
 //   - a key already recorded with the same fingerprint and a known outcome
 //     replays that outcome without calling send, and logs it at Info;
@@ -60,7 +79,7 @@ func New[R Fingerprinter](opts ...Option) *Submissions[R] {
 //     *ConflictError naming the holder, and leaves no trace;
 //   - otherwise the key is recorded and the withdrawal claimed for it.
 //
-// Having claimed, Submit calls send(ctx, req) outside the lock (a nil send
+// Having claimed, Submit calls send(ctx, req) outside any lock (a nil send
 // records req itself as the outcome) and records the outcome it returns. If
 // send returns an error, panics, or returns after ctx has ended, or returns an
 // outcome with another fingerprint, the key stays claimed with no outcome,
@@ -70,7 +89,10 @@ func New[R Fingerprinter](opts ...Option) *Submissions[R] {
 // continues with its own value. Each of these is logged at Warn with the key
 // and the withdrawal.
 //
-// On every refusal or failure Submit returns the zero R.
+// If send returned an outcome that the store could not record (a lost
+// connection, say), Submit returns that outcome with an error wrapping
+// ErrOutcomeNotRecorded; the key stays in flight for Resolve. On every other
+// refusal or failure Submit returns the zero R.
 func (s *Submissions[R]) Submit(ctx context.Context, key string, req R,
 	send func(ctx context.Context, req R) (R, error)) (R, error) {
 	var zero R
@@ -85,74 +107,56 @@ func (s *Submissions[R]) Submit(ctx context.Context, key string, req R,
 	if err := normalize(&fp); err != nil {
 		return zero, err
 	}
-	rec, claimed, err := s.claim(key, &fp)
+	be := s.backend()
+	if m, ok := be.(*memStore[R]); ok {
+		// In memory, a replay is cheap enough that copying a Record would
+		// be most of its cost: the store answers it directly.
+		if out, ok := m.replay(key, &fp); ok {
+			s.note(ctx, slog.LevelInfo, "submission replayed", key, fp.WithdrawalID, nil)
+			return out, nil
+		}
+	}
+	rec, claimed, err := be.claim(ctx, key, fp, nil)
 	switch {
 	case err != nil:
 		return zero, err
 	case claimed:
-		return s.send(ctx, key, rec, req, send)
+		return s.send(ctx, be, key, fp, req, send)
+	}
+	if err := known(key, &fp, &rec); err != nil {
+		return zero, err
+	}
+	if !rec.Done {
+		return zero, inFlight(key, "is claimed and its outcome is not known yet")
 	}
 	s.note(ctx, slog.LevelInfo, "submission replayed", key, fp.WithdrawalID, nil)
-	return rec.outcome, nil // done, so never written again
+	return rec.Outcome, nil
 }
 
-// claim decides between replaying (the key's record, which has an outcome),
-// refusing (an error) and claiming (a new record marked as sending, and
-// claimed true). The check and the claim are one step under the lock. fp has
-// been normalized; its id and destination are checked here, unless they are
-// those of the key's record and so known to be valid.
-func (s *Submissions[R]) claim(key string, fp *Fingerprint) (rec *record[R], claimed bool, err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	rec, ok := s.records[key]
-	if ok && rec.fp == *fp {
-		if !rec.done {
-			return nil, false, inFlight(key, "is claimed and its outcome is not known yet")
-		}
-		return rec, false, nil
+// known checks a request for fp against rec, the record its key already has:
+// another fingerprint is ErrInvalidFingerprint if fp's id or destination is
+// not valid (a claim checks them only before creating a record), and
+// ErrIdempotencyConflict otherwise.
+func known[R Fingerprinter](key string, fp *Fingerprint, rec *Record[R]) error {
+	if rec.Fingerprint == *fp {
+		return nil
 	}
-	// Linear in the lengths of the id and destination, as hashing and
-	// comparing them in the maps already is.
 	if err := checkIdentity(fp); err != nil {
-		return nil, false, err
-	}
-	if ok {
-		return nil, false, keyTaken(key)
-	}
-	rec = &record[R]{fp: *fp, sending: true}
-	if err := s.insert(key, rec); err != nil {
-		return nil, false, err
-	}
-	return rec, true, nil
-}
-
-// insert claims rec's withdrawal for key and records rec under key, or returns
-// the *ConflictError of the claim and changes nothing. The caller holds s.mu
-// and has seen that key has no record.
-func (s *Submissions[R]) insert(key string, rec *record[R]) error {
-	if s.records == nil {
-		s.records = make(map[string]*record[R])
-		s.claims = make(claims)
-	}
-	if err := s.claims.take(rec.fp.WithdrawalID, key); err != nil {
 		return err
 	}
-	s.records[key] = rec
-	return nil
+	return keyTaken(key)
 }
 
 // send runs the claimed key's send and settles its record: the outcome, or
 // no outcome and the key left claimed.
-func (s *Submissions[R]) send(ctx context.Context, key string, rec *record[R], req R,
+func (s *Submissions[R]) send(ctx context.Context, be backend[R], key string, fp Fingerprint, req R,
 	send func(ctx context.Context, req R) (R, error)) (R, error) {
 	var zero R
 	settled := false
 	defer func() {
 		if !settled { // send, or the outcome's Fingerprint, panicked or exited the goroutine
-			s.mu.Lock()
-			rec.sending = false
-			s.mu.Unlock()
-			s.note(ctx, slog.LevelWarn, "send did not complete; the outcome is unknown and the key stays claimed", key, rec.fp.WithdrawalID, nil)
+			be.abandon(key)
+			s.note(ctx, slog.LevelWarn, "send did not complete; the outcome is unknown and the key stays claimed", key, fp.WithdrawalID, nil)
 		}
 	}()
 	out, err := req, error(nil)
@@ -162,30 +166,39 @@ func (s *Submissions[R]) send(ctx context.Context, key string, rec *record[R], r
 	if err == nil {
 		err = ctx.Err() // an answer after the caller's context ended is not taken as known
 	}
-	mismatch := false
 	if err == nil {
 		got := out.Fingerprint()
-		mismatch = normalize(&got) != nil || got != rec.fp // equal to the record's, so valid
+		if normalize(&got) != nil || got != fp { // equal to the record's, so valid
+			err = conflictf("send for request key %s returned an outcome for another withdrawal; the key stays claimed", key)
+		}
 	}
-
-	s.mu.Lock()
-	rec.sending = false
-	if err == nil && !mismatch {
-		rec.outcome, rec.done = out, true
-	}
-	s.mu.Unlock()
-	settled = true
-
-	switch {
-	case err != nil:
-		s.note(ctx, slog.LevelWarn, "send failed; the outcome is unknown and the key stays claimed", key, rec.fp.WithdrawalID, err)
+	if err != nil {
+		be.abandon(key)
+		settled = true
+		s.note(ctx, slog.LevelWarn, "send failed; the outcome is unknown and the key stays claimed", key, fp.WithdrawalID, err)
+		if errors.Is(err, ErrIdempotencyConflict) {
+			return zero, err
+		}
 		return zero, fmt.Errorf("send for request key %s failed; its outcome is unknown and the key stays claimed: %w", key, err)
-	case mismatch:
-		err := conflictf("send for request key %s returned an outcome for another withdrawal; the key stays claimed", key)
-		s.note(ctx, slog.LevelWarn, "send returned an outcome for another withdrawal; the key stays claimed", key, rec.fp.WithdrawalID, err)
-		return zero, err
 	}
-	return out, nil
+
+	rec, recorded, err := be.settle(ctx, key, fp, out, true)
+	settled = true
+	switch {
+	case recorded:
+		return out, nil
+	case err != nil:
+		err = fmt.Errorf("%w: request key %s: %w", ErrOutcomeNotRecorded, key, err)
+	case rec.Done: // resolved elsewhere while send ran
+		if err := sameOutcome(key, rec.Outcome, out); err != nil {
+			return out, fmt.Errorf("send for request key %s returned after it was resolved with another outcome, which stands: %w", key, err)
+		}
+		return out, nil
+	default:
+		err = fmt.Errorf("%w: request key %s was released while its send ran", ErrOutcomeNotRecorded, key)
+	}
+	s.note(ctx, slog.LevelWarn, "send returned an outcome that could not be recorded; the money may have moved", key, fp.WithdrawalID, err)
+	return out, err
 }
 
 // Resolve records the outcome of a key whose send ended without one: "I looked
@@ -215,35 +228,39 @@ func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) err
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	fp, err := canonical(outcome.Fingerprint())
-	if err != nil {
+	fp := outcome.Fingerprint()
+	if err := normalize(&fp); err != nil {
 		return err
 	}
-
-	s.mu.Lock()
-	rec, ok := s.records[key]
-	had := false
-	switch {
-	case !ok:
-		err = s.insert(key, &record[R]{fp: fp, outcome: outcome, done: true})
-	case rec.fp != fp:
-		err = keyTaken(key)
-	case rec.done:
-		had = true
-	case rec.sending:
-		err = inFlight(key, "is being sent by this ledger; resolve it once its send has returned")
-	default:
-		rec.outcome, rec.done = outcome, true
-	}
-	s.mu.Unlock()
+	be := s.backend()
+	rec, claimed, err := be.claim(ctx, key, fp, &outcome)
 	switch {
 	case err != nil:
 		return err
-	case had: // done for good, so rec.outcome is not written again
-		return sameOutcome(key, rec.outcome, outcome)
+	case claimed:
+		s.note(ctx, slog.LevelInfo, "submission resolved", key, fp.WithdrawalID, nil)
+		return nil
 	}
-	s.note(ctx, slog.LevelInfo, "submission resolved", key, fp.WithdrawalID, nil)
-	return nil
+	if err := known(key, &fp, &rec); err != nil {
+		return err
+	}
+	if !rec.Done {
+		if be.sending(key) {
+			return inFlight(key, "is being sent by this ledger; resolve it once its send has returned")
+		}
+		var recorded bool
+		if rec, recorded, err = be.settle(ctx, key, fp, outcome, false); err != nil {
+			return err
+		}
+		if recorded {
+			s.note(ctx, slog.LevelInfo, "submission resolved", key, fp.WithdrawalID, nil)
+			return nil
+		}
+		if !rec.Done {
+			return inFlight(key, "was released while it was being resolved; nothing was recorded")
+		}
+	}
+	return sameOutcome(key, rec.Outcome, outcome)
 }
 
 // Release drops a key whose send ended without an outcome: "I looked at the
@@ -262,24 +279,17 @@ func (s *Submissions[R]) Release(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-
-	s.mu.Lock()
-	rec, ok := s.records[key]
+	rec, released, err := s.backend().release(ctx, key)
 	switch {
-	case !ok:
-		s.mu.Unlock()
-		return nil
-	case rec.done:
-		s.mu.Unlock()
-		return conflictf("request key %s already produced an outcome and cannot be released", key)
-	case rec.sending:
-		s.mu.Unlock()
+	case errors.Is(err, errSending):
 		return inFlight(key, "is still being sent by this ledger and cannot be released")
+	case err != nil:
+		return err
+	case released:
+		s.note(ctx, slog.LevelInfo, "submission released", key, rec.Fingerprint.WithdrawalID, nil)
+	case rec.Done:
+		return conflictf("request key %s already produced an outcome and cannot be released", key)
 	}
-	delete(s.records, key)
-	s.claims.drop(rec.fp.WithdrawalID, key)
-	s.mu.Unlock()
-	s.note(ctx, slog.LevelInfo, "submission released", key, rec.fp.WithdrawalID, nil)
 	return nil
 }
 
@@ -293,12 +303,11 @@ func (s *Submissions[R]) Outcome(ctx context.Context, key string) (outcome R, ok
 	if err := ctx.Err(); err != nil {
 		return outcome, false, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if rec, found := s.records[key]; found && rec.done {
-		return rec.outcome, true, nil
+	rec, found, err := s.backend().lookup(ctx, key)
+	if err != nil || !found || !rec.Done {
+		return outcome, false, err
 	}
-	return outcome, false, nil
+	return rec.Outcome, true, nil
 }
 
 // ClaimedBy returns the request key that holds withdrawalID's claim, with ok
@@ -307,10 +316,7 @@ func (s *Submissions[R]) ClaimedBy(ctx context.Context, withdrawalID string) (ke
 	if err := ctx.Err(); err != nil {
 		return "", false, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	key, ok = s.claims.holder(withdrawalID)
-	return key, ok, nil
+	return s.backend().claimedBy(ctx, withdrawalID)
 }
 
 // sameOutcome returns nil when prev and next, two outcomes of key, have equal

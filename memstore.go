@@ -1,0 +1,265 @@
+package submissions
+
+import (
+	"context"
+	"errors"
+	"sync"
+)
+
+// errSending is what a backend's release returns while the ledger is running
+// the key's send.
+var errSending = errors.New("send running")
+
+// backend is what a ledger runs on: a Store, plus the guard of rule 14 (which
+// keys this ledger is sending), plus the order of its checks. memStore is one
+// natively; guarded makes one of any Store.
+type backend[R Fingerprinter] interface {
+	// claim is Store.Claim with two more duties: it refuses a fingerprint
+	// whose id or destination is not valid (checkIdentity) before creating a
+	// record, and, when it claims a key in flight (outcome nil), it marks the
+	// key as being sent in the same step, so that no release can come between.
+	claim(ctx context.Context, key string, fp Fingerprint, outcome *R) (Record[R], bool, error)
+	// settle is Store.Settle; sent says the caller is the key's sender, whose
+	// mark it clears.
+	settle(ctx context.Context, key string, fp Fingerprint, outcome R, sent bool) (Record[R], bool, error)
+	// abandon clears the mark of a send that ended without an outcome.
+	abandon(key string)
+	// sending reports whether the key is marked as being sent.
+	sending(key string) bool
+	// release is Store.Release, refused with errSending while key is marked.
+	release(ctx context.Context, key string) (Record[R], bool, error)
+	lookup(ctx context.Context, key string) (Record[R], bool, error)
+	claimedBy(ctx context.Context, withdrawalID string) (string, bool, error)
+}
+
+// memStore is the embedded default Store: a key -> record map and a
+// withdrawal id -> key claims map behind one mutex. It keeps the mark of rule
+// 14 in the record itself.
+type memStore[R Fingerprinter] struct {
+	mu      sync.Mutex            // protects records and claims
+	records map[string]*record[R] // request key -> record
+	claims  claims                // withdrawal id -> request key
+}
+
+// record is what the memory store knows about one request key.
+type record[R Fingerprinter] struct {
+	fp      Fingerprint // canonical; never changed
+	outcome R           // meaningful only when done; never changed once done
+	done    bool        // the outcome is known
+	sending bool        // a ledger is running the key's send
+}
+
+// NewMemoryStore returns an empty Store that keeps its state in memory, the
+// one New uses. Its guarantees hold within one process.
+func NewMemoryStore[R Fingerprinter]() Store[R] {
+	return &memStore[R]{}
+}
+
+func (r *record[R]) snapshot() Record[R] {
+	return Record[R]{Fingerprint: r.fp, Outcome: r.outcome, Done: r.done}
+}
+
+// Claim implements Store.
+func (m *memStore[R]) Claim(ctx context.Context, key string, fp Fingerprint, outcome *R) (Record[R], bool, error) {
+	return m.take(key, &fp, outcome, false)
+}
+
+func (m *memStore[R]) claim(_ context.Context, key string, fp Fingerprint, outcome *R) (Record[R], bool, error) {
+	return m.take(key, &fp, outcome, true)
+}
+
+// take claims key for fp unless key has a record, checking fp's identity
+// before it creates one (a known key's record needs no check: the ledger
+// compares it with fp), and marks a key claimed in flight as sending if mark.
+func (m *memStore[R]) take(key string, fp *Fingerprint, outcome *R, mark bool) (Record[R], bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if rec, ok := m.records[key]; ok {
+		return rec.snapshot(), false, nil
+	}
+	// Linear in the lengths of the id and destination, as hashing and
+	// comparing them in the maps already is.
+	if err := checkIdentity(fp); err != nil {
+		return Record[R]{}, false, err
+	}
+	rec := &record[R]{fp: *fp, sending: mark && outcome == nil}
+	if outcome != nil {
+		rec.outcome, rec.done = *outcome, true
+	}
+	if m.records == nil {
+		m.records = make(map[string]*record[R])
+		m.claims = make(claims)
+	}
+	if err := m.claims.take(fp.WithdrawalID, key); err != nil {
+		return Record[R]{}, false, err
+	}
+	m.records[key] = rec
+	return rec.snapshot(), true, nil
+}
+
+// replay returns the outcome of key's record if it has one and is for fp.
+func (m *memStore[R]) replay(key string, fp *Fingerprint) (outcome R, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if rec, found := m.records[key]; found && rec.done && rec.fp == *fp {
+		return rec.outcome, true
+	}
+	return outcome, false
+}
+
+// Settle implements Store.
+func (m *memStore[R]) Settle(ctx context.Context, key string, fp Fingerprint, outcome R) (Record[R], bool, error) {
+	return m.settle(ctx, key, fp, outcome, false)
+}
+
+func (m *memStore[R]) settle(_ context.Context, key string, fp Fingerprint, outcome R, sent bool) (Record[R], bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rec, ok := m.records[key]
+	if !ok || rec.fp != fp {
+		return Record[R]{}, false, nil
+	}
+	if sent {
+		rec.sending = false
+	}
+	if rec.done {
+		return rec.snapshot(), false, nil
+	}
+	rec.outcome, rec.done = outcome, true
+	return rec.snapshot(), true, nil
+}
+
+func (m *memStore[R]) abandon(key string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if rec, ok := m.records[key]; ok {
+		rec.sending = false
+	}
+}
+
+func (m *memStore[R]) sending(key string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rec, ok := m.records[key]
+	return ok && rec.sending
+}
+
+// Release implements Store.
+func (m *memStore[R]) Release(ctx context.Context, key string) (Record[R], bool, error) {
+	return m.drop(key, false)
+}
+
+func (m *memStore[R]) release(_ context.Context, key string) (Record[R], bool, error) {
+	return m.drop(key, true)
+}
+
+// drop deletes key's record if it is in flight, and if guard, not marked.
+func (m *memStore[R]) drop(key string, guard bool) (Record[R], bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rec, ok := m.records[key]
+	switch {
+	case !ok:
+		return Record[R]{}, false, nil
+	case rec.done:
+		return rec.snapshot(), false, nil
+	case guard && rec.sending:
+		return rec.snapshot(), false, errSending
+	}
+	delete(m.records, key)
+	m.claims.drop(rec.fp.WithdrawalID, key)
+	return rec.snapshot(), true, nil
+}
+
+// Lookup implements Store.
+func (m *memStore[R]) Lookup(ctx context.Context, key string) (Record[R], bool, error) {
+	return m.lookup(ctx, key)
+}
+
+func (m *memStore[R]) lookup(_ context.Context, key string) (Record[R], bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rec, ok := m.records[key]
+	if !ok {
+		return Record[R]{}, false, nil
+	}
+	return rec.snapshot(), true, nil
+}
+
+// ClaimedBy implements Store.
+func (m *memStore[R]) ClaimedBy(ctx context.Context, withdrawalID string) (string, bool, error) {
+	return m.claimedBy(ctx, withdrawalID)
+}
+
+func (m *memStore[R]) claimedBy(_ context.Context, withdrawalID string) (string, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	key, ok := m.claims.holder(withdrawalID)
+	return key, ok, nil
+}
+
+// guarded runs a ledger on any Store: it checks identities before claiming,
+// and keeps the marks of rule 14 in a map of its own.
+type guarded[R Fingerprinter] struct {
+	store Store[R]
+
+	mu    sync.Mutex     // protects sends; release holds it across the store's Release
+	sends map[string]int // key -> sends this ledger is running, or about to
+}
+
+func (g *guarded[R]) mark(key string, n int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.sends[key] += n; g.sends[key] <= 0 {
+		delete(g.sends, key)
+	}
+}
+
+// claim marks an in-flight claim before asking the store, so that a release
+// (which holds g.mu across the store's Release) either sees the mark or has
+// finished deleting before the claim is made.
+func (g *guarded[R]) claim(ctx context.Context, key string, fp Fingerprint, outcome *R) (Record[R], bool, error) {
+	if err := checkIdentity(&fp); err != nil {
+		return Record[R]{}, false, err
+	}
+	if outcome == nil {
+		g.mark(key, 1)
+	}
+	rec, claimed, err := g.store.Claim(ctx, key, fp, outcome)
+	if outcome == nil && (err != nil || !claimed) {
+		g.mark(key, -1)
+	}
+	return rec, claimed, err
+}
+
+func (g *guarded[R]) settle(ctx context.Context, key string, fp Fingerprint, outcome R, sent bool) (Record[R], bool, error) {
+	if sent {
+		defer g.mark(key, -1)
+	}
+	return g.store.Settle(ctx, key, fp, outcome)
+}
+
+func (g *guarded[R]) abandon(key string) { g.mark(key, -1) }
+
+func (g *guarded[R]) sending(key string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.sends[key] > 0
+}
+
+func (g *guarded[R]) release(ctx context.Context, key string) (Record[R], bool, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.sends[key] > 0 {
+		return Record[R]{}, false, errSending
+	}
+	return g.store.Release(ctx, key)
+}
+
+func (g *guarded[R]) lookup(ctx context.Context, key string) (Record[R], bool, error) {
+	return g.store.Lookup(ctx, key)
+}
+
+func (g *guarded[R]) claimedBy(ctx context.Context, withdrawalID string) (string, bool, error) {
+	return g.store.ClaimedBy(ctx, withdrawalID)
+}
