@@ -17,19 +17,24 @@ type backend[R Fingerprinter] interface {
 	// claim is Store.Claim with two more duties: it refuses a fingerprint
 	// whose id or destination is not valid (checkIdentity) before creating a
 	// record, and, when it claims a key in flight (outcome nil), it marks the
-	// key as being sent in the same step, so that no release can come between.
-	claim(ctx context.Context, key string, fp Fingerprint, outcome *R) (Record[R], bool, error)
-	// settle is Store.Settle; sent says the caller is the key's sender, whose
-	// mark it clears.
-	settle(ctx context.Context, key string, fp Fingerprint, outcome R, sent bool) (Record[R], bool, error)
-	// abandon clears the mark of a send that ended without an outcome.
-	abandon(key string)
+	// key as being sent in the same step, so that no release can come between,
+	// and returns the ticket that settles the claim.
+	claim(ctx context.Context, key string, fp Fingerprint, outcome *R) (Record[R], ticket[R], bool, error)
+	// settle is Store.Settle, for Resolve.
+	settle(ctx context.Context, key string, fp Fingerprint, outcome R) (Record[R], bool, error)
 	// sending reports whether the key is marked as being sent.
 	sending(key string) bool
 	// release is Store.Release, refused with errSending while key is marked.
 	release(ctx context.Context, key string) (Record[R], bool, error)
 	lookup(ctx context.Context, key string) (Record[R], bool, error)
 	claimedBy(ctx context.Context, withdrawalID string) (string, bool, error)
+}
+
+// A ticket settles one claim that a backend marked as being sent: with the
+// send's outcome, or with none. Either way the mark is cleared.
+type ticket[R Fingerprinter] interface {
+	settle(ctx context.Context, outcome R) (Record[R], bool, error)
+	abandon()
 }
 
 // memStore is the embedded default Store: a key -> record map and a
@@ -43,10 +48,11 @@ type memStore[R Fingerprinter] struct {
 
 // record is what the memory store knows about one request key.
 type record[R Fingerprinter] struct {
-	fp      Fingerprint // canonical; never changed
-	outcome R           // meaningful only when done; never changed once done
-	done    bool        // the outcome is known
-	sending bool        // a ledger is running the key's send
+	store   *memStore[R] // the store it is in, so that a record is its own ticket
+	fp      Fingerprint  // canonical; never changed
+	outcome R            // meaningful only when done; never changed once done
+	done    bool         // the outcome is known
+	sending bool         // a ledger is running the key's send
 }
 
 // NewMemoryStore returns an empty Store that keeps its state in memory, the
@@ -61,28 +67,54 @@ func (r *record[R]) snapshot() Record[R] {
 
 // Claim implements Store.
 func (m *memStore[R]) Claim(ctx context.Context, key string, fp Fingerprint, outcome *R) (Record[R], bool, error) {
-	return m.take(key, &fp, outcome, false)
-}
-
-func (m *memStore[R]) claim(_ context.Context, key string, fp Fingerprint, outcome *R) (Record[R], bool, error) {
-	return m.take(key, &fp, outcome, true)
-}
-
-// take claims key for fp unless key has a record, checking fp's identity
-// before it creates one (a known key's record needs no check: the ledger
-// compares it with fp), and marks a key claimed in flight as sending if mark.
-func (m *memStore[R]) take(key string, fp *Fingerprint, outcome *R, mark bool) (Record[R], bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	rec, claimed, err := m.take(key, &fp, outcome, false)
+	if err != nil {
+		return Record[R]{}, false, err
+	}
+	return rec.snapshot(), claimed, nil
+}
+
+func (m *memStore[R]) claim(_ context.Context, key string, fp Fingerprint, outcome *R) (Record[R], ticket[R], bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rec, claimed, err := m.take(key, &fp, outcome, true)
+	switch {
+	case err != nil:
+		return Record[R]{}, nil, false, err
+	case claimed && outcome == nil:
+		return Record[R]{}, rec, true, nil
+	}
+	return rec.snapshot(), nil, claimed, nil
+}
+
+// submit is claim for Submit without copying records: the claimed record
+// (claimed true), or the record to replay, which is done and so is never
+// written again, or the refusal.
+func (m *memStore[R]) submit(key string, fp *Fingerprint) (rec *record[R], claimed bool, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if rec, claimed, err = m.take(key, fp, nil, true); err != nil || claimed {
+		return rec, claimed, err
+	}
+	return rec, false, known(key, fp, &rec.fp, rec.done)
+}
+
+// take returns key's record, or claims key for fp when it has none: it
+// checks fp's identity before it creates a record (a known key's record needs
+// no check: the ledger compares it with fp), and marks a key claimed in flight
+// as sending if mark. The caller holds m.mu.
+func (m *memStore[R]) take(key string, fp *Fingerprint, outcome *R, mark bool) (rec *record[R], claimed bool, err error) {
 	if rec, ok := m.records[key]; ok {
-		return rec.snapshot(), false, nil
+		return rec, false, nil
 	}
 	// Linear in the lengths of the id and destination, as hashing and
 	// comparing them in the maps already is.
 	if err := checkIdentity(fp); err != nil {
-		return Record[R]{}, false, err
+		return nil, false, err
 	}
-	rec := &record[R]{fp: *fp, sending: mark && outcome == nil}
+	rec = &record[R]{store: m, fp: *fp, sending: mark && outcome == nil}
 	if outcome != nil {
 		rec.outcome, rec.done = *outcome, true
 	}
@@ -91,10 +123,29 @@ func (m *memStore[R]) take(key string, fp *Fingerprint, outcome *R, mark bool) (
 		m.claims = make(claims)
 	}
 	if err := m.claims.take(fp.WithdrawalID, key); err != nil {
-		return Record[R]{}, false, err
+		return nil, false, err
 	}
 	m.records[key] = rec
-	return rec.snapshot(), true, nil
+	return rec, true, nil
+}
+
+// settle records the outcome of the send rec was claimed for, and clears its
+// mark: a record is its own ticket.
+func (r *record[R]) settle(_ context.Context, outcome R) (Record[R], bool, error) {
+	r.store.mu.Lock()
+	defer r.store.mu.Unlock()
+	r.sending = false
+	if r.done { // resolved through another ledger on this store meanwhile
+		return r.snapshot(), false, nil
+	}
+	r.outcome, r.done = outcome, true
+	return Record[R]{}, true, nil
+}
+
+func (r *record[R]) abandon() {
+	r.store.mu.Lock()
+	defer r.store.mu.Unlock()
+	r.sending = false
 }
 
 // replay returns the outcome of key's record if it has one and is for fp.
@@ -109,32 +160,21 @@ func (m *memStore[R]) replay(key string, fp *Fingerprint) (outcome R, ok bool) {
 
 // Settle implements Store.
 func (m *memStore[R]) Settle(ctx context.Context, key string, fp Fingerprint, outcome R) (Record[R], bool, error) {
-	return m.settle(ctx, key, fp, outcome, false)
+	return m.settle(ctx, key, fp, outcome)
 }
 
-func (m *memStore[R]) settle(_ context.Context, key string, fp Fingerprint, outcome R, sent bool) (Record[R], bool, error) {
+func (m *memStore[R]) settle(_ context.Context, key string, fp Fingerprint, outcome R) (Record[R], bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	rec, ok := m.records[key]
-	if !ok || rec.fp != fp {
+	switch {
+	case !ok || rec.fp != fp:
 		return Record[R]{}, false, nil
-	}
-	if sent {
-		rec.sending = false
-	}
-	if rec.done {
+	case rec.done:
 		return rec.snapshot(), false, nil
 	}
 	rec.outcome, rec.done = outcome, true
 	return rec.snapshot(), true, nil
-}
-
-func (m *memStore[R]) abandon(key string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if rec, ok := m.records[key]; ok {
-		rec.sending = false
-	}
 }
 
 func (m *memStore[R]) sending(key string) bool {
@@ -218,28 +258,41 @@ func (g *guarded[R]) mark(key string, n int) {
 // claim marks an in-flight claim before asking the store, so that a release
 // (which holds g.mu across the store's Release) either sees the mark or has
 // finished deleting before the claim is made.
-func (g *guarded[R]) claim(ctx context.Context, key string, fp Fingerprint, outcome *R) (Record[R], bool, error) {
+func (g *guarded[R]) claim(ctx context.Context, key string, fp Fingerprint, outcome *R) (Record[R], ticket[R], bool, error) {
 	if err := checkIdentity(&fp); err != nil {
-		return Record[R]{}, false, err
+		return Record[R]{}, nil, false, err
 	}
 	if outcome == nil {
 		g.mark(key, 1)
 	}
 	rec, claimed, err := g.store.Claim(ctx, key, fp, outcome)
-	if outcome == nil && (err != nil || !claimed) {
+	switch {
+	case outcome != nil:
+		return rec, nil, claimed, err
+	case err != nil || !claimed:
 		g.mark(key, -1)
+		return rec, nil, false, err
 	}
-	return rec, claimed, err
+	return rec, &guardTicket[R]{g: g, key: key, fp: fp}, true, nil
 }
 
-func (g *guarded[R]) settle(ctx context.Context, key string, fp Fingerprint, outcome R, sent bool) (Record[R], bool, error) {
-	if sent {
-		defer g.mark(key, -1)
-	}
+// guardTicket settles a claim made through a guarded store.
+type guardTicket[R Fingerprinter] struct {
+	g   *guarded[R]
+	key string
+	fp  Fingerprint
+}
+
+func (t *guardTicket[R]) settle(ctx context.Context, outcome R) (Record[R], bool, error) {
+	defer t.g.mark(t.key, -1)
+	return t.g.store.Settle(ctx, t.key, t.fp, outcome)
+}
+
+func (t *guardTicket[R]) abandon() { t.g.mark(t.key, -1) }
+
+func (g *guarded[R]) settle(ctx context.Context, key string, fp Fingerprint, outcome R) (Record[R], bool, error) {
 	return g.store.Settle(ctx, key, fp, outcome)
 }
-
-func (g *guarded[R]) abandon(key string) { g.mark(key, -1) }
 
 func (g *guarded[R]) sending(key string) bool {
 	g.mu.Lock()

@@ -107,55 +107,63 @@ func (s *Submissions[R]) Submit(ctx context.Context, key string, req R,
 	if err := normalize(&fp); err != nil {
 		return zero, err
 	}
-	be := s.backend()
-	if m, ok := be.(*memStore[R]); ok {
-		// In memory, a replay is cheap enough that copying a Record would
-		// be most of its cost: the store answers it directly.
-		if out, ok := m.replay(key, &fp); ok {
+	var t ticket[R]
+	if m, ok := s.backend().(*memStore[R]); ok {
+		// In memory the store decides without copying records, which would
+		// be most of the cost of a replay.
+		rec, claimed, err := m.submit(key, &fp)
+		switch {
+		case err != nil:
+			return zero, err
+		case !claimed:
 			s.note(ctx, slog.LevelInfo, "submission replayed", key, fp.WithdrawalID, nil)
-			return out, nil
+			return rec.outcome, nil
 		}
+		t = rec
+	} else {
+		rec, tk, claimed, err := s.be.claim(ctx, key, fp, nil)
+		switch {
+		case err != nil:
+			return zero, err
+		case !claimed:
+			if err := known(key, &fp, &rec.Fingerprint, rec.Done); err != nil {
+				return zero, err
+			}
+			s.note(ctx, slog.LevelInfo, "submission replayed", key, fp.WithdrawalID, nil)
+			return rec.Outcome, nil
+		}
+		t = tk
 	}
-	rec, claimed, err := be.claim(ctx, key, fp, nil)
-	switch {
-	case err != nil:
-		return zero, err
-	case claimed:
-		return s.send(ctx, be, key, fp, req, send)
-	}
-	if err := known(key, &fp, &rec); err != nil {
-		return zero, err
-	}
-	if !rec.Done {
-		return zero, inFlight(key, "is claimed and its outcome is not known yet")
-	}
-	s.note(ctx, slog.LevelInfo, "submission replayed", key, fp.WithdrawalID, nil)
-	return rec.Outcome, nil
+	return s.send(ctx, t, key, fp, req, send)
 }
 
-// known checks a request for fp against rec, the record its key already has:
-// another fingerprint is ErrInvalidFingerprint if fp's id or destination is
-// not valid (a claim checks them only before creating a record), and
-// ErrIdempotencyConflict otherwise.
-func known[R Fingerprinter](key string, fp *Fingerprint, rec *Record[R]) error {
-	if rec.Fingerprint == *fp {
-		return nil
+// known checks a request for fp against a record its key already has, for
+// recorded with the outcome known when done: another fingerprint is
+// ErrInvalidFingerprint if fp's id or destination is not valid (a claim
+// checks them only before creating a record) and ErrIdempotencyConflict
+// otherwise; the same one without an outcome is ErrSubmissionInFlight.
+func known(key string, fp, recorded *Fingerprint, done bool) error {
+	switch {
+	case *recorded != *fp:
+		if err := checkIdentity(fp); err != nil {
+			return err
+		}
+		return keyTaken(key)
+	case !done:
+		return inFlight(key, "is claimed and its outcome is not known yet")
 	}
-	if err := checkIdentity(fp); err != nil {
-		return err
-	}
-	return keyTaken(key)
+	return nil
 }
 
 // send runs the claimed key's send and settles its record: the outcome, or
 // no outcome and the key left claimed.
-func (s *Submissions[R]) send(ctx context.Context, be backend[R], key string, fp Fingerprint, req R,
+func (s *Submissions[R]) send(ctx context.Context, t ticket[R], key string, fp Fingerprint, req R,
 	send func(ctx context.Context, req R) (R, error)) (R, error) {
 	var zero R
 	settled := false
 	defer func() {
 		if !settled { // send, or the outcome's Fingerprint, panicked or exited the goroutine
-			be.abandon(key)
+			t.abandon()
 			s.note(ctx, slog.LevelWarn, "send did not complete; the outcome is unknown and the key stays claimed", key, fp.WithdrawalID, nil)
 		}
 	}()
@@ -173,7 +181,7 @@ func (s *Submissions[R]) send(ctx context.Context, be backend[R], key string, fp
 		}
 	}
 	if err != nil {
-		be.abandon(key)
+		t.abandon()
 		settled = true
 		s.note(ctx, slog.LevelWarn, "send failed; the outcome is unknown and the key stays claimed", key, fp.WithdrawalID, err)
 		if errors.Is(err, ErrIdempotencyConflict) {
@@ -182,7 +190,7 @@ func (s *Submissions[R]) send(ctx context.Context, be backend[R], key string, fp
 		return zero, fmt.Errorf("send for request key %s failed; its outcome is unknown and the key stays claimed: %w", key, err)
 	}
 
-	rec, recorded, err := be.settle(ctx, key, fp, out, true)
+	rec, recorded, err := t.settle(ctx, out)
 	settled = true
 	switch {
 	case recorded:
@@ -233,7 +241,7 @@ func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) err
 		return err
 	}
 	be := s.backend()
-	rec, claimed, err := be.claim(ctx, key, fp, &outcome)
+	rec, _, claimed, err := be.claim(ctx, key, fp, &outcome)
 	switch {
 	case err != nil:
 		return err
@@ -241,7 +249,7 @@ func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) err
 		s.note(ctx, slog.LevelInfo, "submission resolved", key, fp.WithdrawalID, nil)
 		return nil
 	}
-	if err := known(key, &fp, &rec); err != nil {
+	if err := known(key, &fp, &rec.Fingerprint, true); err != nil {
 		return err
 	}
 	if !rec.Done {
@@ -249,7 +257,7 @@ func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) err
 			return inFlight(key, "is being sent by this ledger; resolve it once its send has returned")
 		}
 		var recorded bool
-		if rec, recorded, err = be.settle(ctx, key, fp, outcome, false); err != nil {
+		if rec, recorded, err = be.settle(ctx, key, fp, outcome); err != nil {
 			return err
 		}
 		if recorded {
