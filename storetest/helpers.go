@@ -1,4 +1,4 @@
-package submissions_test
+package storetest
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 
 // withdrawal is the service's own type, as a payout service would have it:
 // its fingerprint stays the same as it moves from approved to sent.
-type withdrawal struct {
+type Withdrawal struct {
 	ID       string
 	Amount   string
 	Currency string
@@ -23,17 +23,17 @@ type withdrawal struct {
 	TxHash   string
 }
 
-func (w withdrawal) Fingerprint() submissions.Fingerprint {
+func (w Withdrawal) Fingerprint() submissions.Fingerprint {
 	return submissions.Fingerprint{WithdrawalID: w.ID, Amount: w.Amount, Currency: w.Currency, Destination: w.Dest}
 }
 
-func (w withdrawal) sent(tx string) withdrawal {
+func (w Withdrawal) sent(tx string) Withdrawal {
 	w.State, w.TxHash = "sent", tx
 	return w
 }
 
-func newWithdrawal(id string) withdrawal {
-	return withdrawal{ID: id, Amount: "25.00", Currency: "USDC", Dest: "0xabc", State: "approved"}
+func newWithdrawal(id string) Withdrawal {
+	return Withdrawal{ID: id, Amount: "25.00", Currency: "USDC", Dest: "0xabc", State: "approved"}
 }
 
 // rail is a fake payment rail that counts its sends.
@@ -41,7 +41,7 @@ type rail struct {
 	calls atomic.Int64
 }
 
-func (r *rail) send(_ context.Context, w withdrawal) (withdrawal, error) {
+func (r *rail) send(_ context.Context, w Withdrawal) (Withdrawal, error) {
 	r.calls.Add(1)
 	return w.sent("0xtx-" + w.ID), nil
 }
@@ -56,11 +56,11 @@ func (r *rail) wantCalls(t *testing.T, want int64) {
 // errRail is what a failing send returns.
 var errRail = errors.New("rail timed out")
 
-func failing(context.Context, withdrawal) (withdrawal, error) { return withdrawal{}, errRail }
+func failing(context.Context, Withdrawal) (Withdrawal, error) { return Withdrawal{}, errRail }
 
 // strand submits w under key with a failing send, which leaves the key
 // claimed with no outcome.
-func strand(t *testing.T, s *submissions.Submissions[withdrawal], key string, w withdrawal) {
+func strand(t *testing.T, s *submissions.Submissions[Withdrawal], key string, w Withdrawal) {
 	t.Helper()
 	_, err := s.Submit(bg, key, w, failing)
 	wantErr(t, err, errRail)
@@ -113,12 +113,6 @@ next:
 	return found
 }
 
-// newLedger returns a ledger logging into the returned logs.
-func newLedger() (*submissions.Submissions[withdrawal], *logs) {
-	l := &logs{}
-	return submissions.New[withdrawal](submissions.WithLogger(slog.New(l))), l
-}
-
 func wantErr(t *testing.T, err, target error) {
 	t.Helper()
 	if !errors.Is(err, target) {
@@ -144,7 +138,7 @@ func wantConflict(t *testing.T, err error, holder string) *submissions.ConflictE
 	return ce
 }
 
-func wantOutcome(t *testing.T, s *submissions.Submissions[withdrawal], key string, want withdrawal, wantOK bool) {
+func wantOutcome(t *testing.T, s *submissions.Submissions[Withdrawal], key string, want Withdrawal, wantOK bool) {
 	t.Helper()
 	got, ok, err := s.Outcome(context.Background(), key)
 	if err != nil {
@@ -155,7 +149,7 @@ func wantOutcome(t *testing.T, s *submissions.Submissions[withdrawal], key strin
 	}
 }
 
-func wantHolder(t *testing.T, s *submissions.Submissions[withdrawal], id, want string) {
+func wantHolder(t *testing.T, s *submissions.Submissions[Withdrawal], id, want string) {
 	t.Helper()
 	got, ok, err := s.ClaimedBy(context.Background(), id)
 	if err != nil {
