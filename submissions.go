@@ -319,10 +319,14 @@ func (s *Submissions[R]) Outcome(ctx context.Context, key string) (outcome R, ok
 }
 
 // ClaimedBy returns the request key that holds withdrawalID's claim, with ok
-// false when no key holds it. The id is matched exactly.
+// false when no key holds it. The id is matched exactly; an id that no valid
+// fingerprint can carry (empty, not UTF-8, with a NUL byte) is held by no key.
 func (s *Submissions[R]) ClaimedBy(ctx context.Context, withdrawalID string) (key string, ok bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return "", false, err
+	}
+	if checkText("withdrawal id", withdrawalID) != nil {
+		return "", false, nil
 	}
 	return s.backend().claimedBy(ctx, withdrawalID)
 }

@@ -2,14 +2,24 @@
 // that several instances of a payout service share one set of claims and the
 // database's unique constraints pick the one winner of every race.
 //
-// Work in progress: this package has the schema, Migrate and the translation
-// of constraint violations; the store methods the ledger calls come with the
-// root package's Store interface.
+//	store, err := pgstore.New[Withdrawal](pool)
+//	...
+//	err = store.Migrate(ctx) // once per deployment, or at every start: it is idempotent
+//	ledger := submissions.NewWithStore[Withdrawal](store)
+//
+// One table holds both of the ledger's indexes: a row per request key, unique
+// on the key and unique on the withdrawal id. A claim is one INSERT, and the
+// name of the constraint it violates says whether the key or the withdrawal
+// was taken; a violation is never swallowed. A fresh submit costs two round
+// trips (claim, then outcome), a replay one. The SQL is plain INSERT, SELECT,
+// UPDATE and DELETE over unique constraints, with one common table
+// expression; Migrate alone uses an advisory lock.
 package pgstore
 
 import (
 	"context"
 	_ "embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -34,10 +44,29 @@ const DefaultTable = "submissions"
 // one table.
 type Store[R submissions.Fingerprinter] struct {
 	pool   *pgxpool.Pool
+	codec  Codec
 	names  names
 	schema string // the embedded schema for this table
 	lockID int64  // the advisory lock Migrate holds
+	sql    statements
 }
+
+// statements are the store's SQL, for its table.
+type statements struct {
+	claim, lookup, claimedBy, settle, release string
+}
+
+// A Codec turns outcomes into bytes and back. Two outcomes are the same to
+// the ledger when their encoding/json encodings are equal, whatever the codec.
+type Codec interface {
+	Marshal(v any) ([]byte, error)
+	Unmarshal(data []byte, v any) error
+}
+
+type jsonCodec struct{}
+
+func (jsonCodec) Marshal(v any) ([]byte, error)      { return json.Marshal(v) }
+func (jsonCodec) Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
 
 // names are the identifiers of one table's objects, quoted for SQL.
 type names struct {
@@ -53,11 +82,17 @@ type Option interface {
 
 type options struct {
 	table string
+	codec Codec
 }
 
 type optionFunc func(*options)
 
 func (f optionFunc) apply(o *options) { f(o) }
+
+// WithCodec sets how outcomes are stored. The default is encoding/json.
+func WithCodec(c Codec) Option {
+	return optionFunc(func(o *options) { o.codec = c })
+}
 
 // WithTable sets the table's name: a lower-case SQL identifier of at most 40
 // characters (letters, digits, underscores), optionally qualified by a schema
@@ -74,7 +109,7 @@ func New[R submissions.Fingerprinter](pool *pgxpool.Pool, opts ...Option) (*Stor
 	if pool == nil {
 		return nil, errors.New("pgstore: nil pool")
 	}
-	o := options{table: DefaultTable}
+	o := options{table: DefaultTable, codec: jsonCodec{}}
 	for _, opt := range opts {
 		if opt != nil {
 			opt.apply(&o)
@@ -105,9 +140,41 @@ func New[R submissions.Fingerprinter](pool *pgxpool.Pool, opts ...Option) (*Stor
 		"{{in_flight_index}}", pgx.Identifier{base + "_in_flight"}.Sanitize(),
 		"{{settled_index}}", pgx.Identifier{base + "_settled"}.Sanitize(),
 	).Replace(schema)
+	if o.codec == nil {
+		return nil, errors.New("pgstore: nil codec")
+	}
 	h := fnv.New64a()
 	h.Write([]byte("github.com/idemledger/submissions/pgstore:" + o.table))
-	return &Store[R]{pool: pool, names: n, schema: ddl, lockID: int64(h.Sum64())}, nil
+	return &Store[R]{pool: pool, codec: o.codec, names: n, schema: ddl, lockID: int64(h.Sum64()), sql: sqlFor(n.table)}, nil
+}
+
+// sqlFor returns the statements for table. Tenants are not used yet: every
+// row has the empty tenant.
+func sqlFor(table string) statements {
+	const cols = "withdrawal_id, amount, currency, destination, outcome"
+	return statements{
+		// One round trip: the key's row if it has one, else the new row. The
+		// NOT EXISTS spares a replay a failed INSERT; it decides nothing: two
+		// claims racing past it meet at the unique constraints.
+		claim: `WITH existing AS (
+	SELECT ` + cols + ` FROM ` + table + ` WHERE tenant = '' AND request_key = $1
+), inserted AS (
+	INSERT INTO ` + table + ` (request_key, ` + cols + `, settled_at)
+	SELECT $1, $2, $3, $4, $5, $6::bytea, CASE WHEN $6::bytea IS NULL THEN NULL ELSE now() END
+	WHERE NOT EXISTS (SELECT 1 FROM existing)
+	RETURNING ` + cols + `
+)
+SELECT true, ` + cols + ` FROM inserted
+UNION ALL
+SELECT false, ` + cols + ` FROM existing`,
+		lookup:    `SELECT ` + cols + ` FROM ` + table + ` WHERE tenant = '' AND request_key = $1`,
+		claimedBy: `SELECT request_key FROM ` + table + ` WHERE tenant = '' AND withdrawal_id = $1`,
+		settle: `UPDATE ` + table + ` SET outcome = $6, settled_at = now()
+WHERE tenant = '' AND request_key = $1 AND withdrawal_id = $2 AND amount = $3 AND currency = $4 AND destination = $5
+	AND outcome IS NULL`,
+		release: `DELETE FROM ` + table + ` WHERE tenant = '' AND request_key = $1 AND outcome IS NULL
+RETURNING withdrawal_id, amount, currency, destination`,
+	}
 }
 
 // Migrate creates the table, its constraints and its indexes if they do not

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/storetest"
 )
 
 type withdrawal struct{ ID string }
@@ -183,4 +184,26 @@ func TestTranslateLeavesOtherErrorsAlone(t *testing.T) {
 	if got := s.translate(nil); got != nil {
 		t.Fatalf("translate(nil): got %v; want nil", got)
 	}
+}
+
+var _ submissions.Store[withdrawal] = (*Store[withdrawal])(nil)
+
+// newTestStore returns a migrated store on a table of t's own.
+func newTestStore[R submissions.Fingerprinter](t *testing.T, pool *pgxpool.Pool) *Store[R] {
+	t.Helper()
+	s, err := New[R](pool, WithTable(testTable(t, pool)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(bg); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	pool := testPool(t, 32)
+	storetest.Run(t, func(t *testing.T) submissions.Store[storetest.Withdrawal] {
+		return newTestStore[storetest.Withdrawal](t, pool)
+	})
 }

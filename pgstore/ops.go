@@ -1,0 +1,149 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemledger/submissions"
+)
+
+// attempts bounds the retries of a claim that lost a race it can read the
+// result of: the winner's row is committed by the time the loser sees the
+// violation, so one more attempt almost always settles it.
+const attempts = 3
+
+// Claim implements submissions.Store: one INSERT whose unique constraints
+// decide. A violation on the key constraint means a concurrent claim of the
+// key won, and the claim is read again; a violation on the withdrawal
+// constraint means another key holds the withdrawal, reported as a
+// *submissions.ConflictError naming it.
+func (s *Store[R]) Claim(ctx context.Context, key string, fp submissions.Fingerprint, outcome *R) (submissions.Record[R], bool, error) {
+	var encoded []byte // NULL: in flight
+	if outcome != nil {
+		var err error
+		if encoded, err = s.codec.Marshal(*outcome); err != nil {
+			return submissions.Record[R]{}, false, fmt.Errorf("pgstore: encode the outcome of request key %s: %w", key, err)
+		}
+	}
+	var err error
+	for range attempts {
+		var rec submissions.Record[R]
+		var claimed bool
+		rec, claimed, err = s.claimOnce(ctx, key, fp, encoded)
+		switch {
+		case err == nil:
+			return rec, claimed, nil
+		case errors.Is(err, errKeyTaken):
+			continue
+		case errors.Is(err, errWithdrawalTaken):
+			holder, held, herr := s.ClaimedBy(ctx, fp.WithdrawalID)
+			switch {
+			case herr != nil:
+				return submissions.Record[R]{}, false, herr
+			case held && holder != key:
+				return submissions.Record[R]{}, false, &submissions.ConflictError{Holder: holder, Key: key, WithdrawalID: fp.WithdrawalID}
+			}
+			continue // released meanwhile, or claimed by key itself: look again
+		}
+		return submissions.Record[R]{}, false, err
+	}
+	return submissions.Record[R]{}, false, fmt.Errorf("pgstore: claim request key %s: still contended after %d attempts: %w", key, attempts, err)
+}
+
+func (s *Store[R]) claimOnce(ctx context.Context, key string, fp submissions.Fingerprint, encoded []byte) (submissions.Record[R], bool, error) {
+	var (
+		inserted bool
+		row      storedRow
+	)
+	err := s.pool.QueryRow(ctx, s.sql.claim, key, fp.WithdrawalID, fp.Amount, fp.Currency, fp.Destination, encoded).
+		Scan(&inserted, &row.fp.WithdrawalID, &row.fp.Amount, &row.fp.Currency, &row.fp.Destination, &row.outcome)
+	if err != nil {
+		return submissions.Record[R]{}, false, s.translate(err)
+	}
+	rec, err := s.record(key, row)
+	return rec, inserted, err
+}
+
+// storedRow is a row as scanned, before its outcome is decoded.
+type storedRow struct {
+	fp      submissions.Fingerprint
+	outcome []byte // nil while in flight
+}
+
+func (s *Store[R]) record(key string, row storedRow) (submissions.Record[R], error) {
+	rec := submissions.Record[R]{Fingerprint: row.fp, Done: row.outcome != nil}
+	if rec.Done {
+		if err := s.codec.Unmarshal(row.outcome, &rec.Outcome); err != nil {
+			return submissions.Record[R]{}, fmt.Errorf("pgstore: decode the outcome of request key %s: %w", key, err)
+		}
+	}
+	return rec, nil
+}
+
+// Settle implements submissions.Store: one UPDATE of the key's row for fp
+// while it has no outcome, and a read to tell why when it matched nothing.
+func (s *Store[R]) Settle(ctx context.Context, key string, fp submissions.Fingerprint, outcome R) (submissions.Record[R], bool, error) {
+	encoded, err := s.codec.Marshal(outcome)
+	if err != nil {
+		return submissions.Record[R]{}, false, fmt.Errorf("pgstore: encode the outcome of request key %s: %w", key, err)
+	}
+	tag, err := s.pool.Exec(ctx, s.sql.settle, key, fp.WithdrawalID, fp.Amount, fp.Currency, fp.Destination, encoded)
+	if err != nil {
+		return submissions.Record[R]{}, false, s.translate(err)
+	}
+	if tag.RowsAffected() == 1 {
+		return submissions.Record[R]{Fingerprint: fp, Outcome: outcome, Done: true}, true, nil
+	}
+	rec, ok, err := s.Lookup(ctx, key)
+	if err != nil || !ok || rec.Fingerprint != fp {
+		return submissions.Record[R]{}, false, err
+	}
+	return rec, false, nil
+}
+
+// Release implements submissions.Store: one DELETE of the key's row while it
+// has no outcome, and a read to tell why when it matched nothing. The claim is
+// the same row, so it goes with it.
+func (s *Store[R]) Release(ctx context.Context, key string) (submissions.Record[R], bool, error) {
+	var fp submissions.Fingerprint
+	err := s.pool.QueryRow(ctx, s.sql.release, key).Scan(&fp.WithdrawalID, &fp.Amount, &fp.Currency, &fp.Destination)
+	switch {
+	case err == nil:
+		return submissions.Record[R]{Fingerprint: fp}, true, nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return submissions.Record[R]{}, false, s.translate(err)
+	}
+	rec, _, err := s.Lookup(ctx, key)
+	return rec, false, err
+}
+
+// Lookup implements submissions.Store.
+func (s *Store[R]) Lookup(ctx context.Context, key string) (submissions.Record[R], bool, error) {
+	var row storedRow
+	err := s.pool.QueryRow(ctx, s.sql.lookup, key).
+		Scan(&row.fp.WithdrawalID, &row.fp.Amount, &row.fp.Currency, &row.fp.Destination, &row.outcome)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return submissions.Record[R]{}, false, nil
+	case err != nil:
+		return submissions.Record[R]{}, false, s.translate(err)
+	}
+	rec, err := s.record(key, row)
+	return rec, err == nil, err
+}
+
+// ClaimedBy implements submissions.Store.
+func (s *Store[R]) ClaimedBy(ctx context.Context, withdrawalID string) (string, bool, error) {
+	var key string
+	err := s.pool.QueryRow(ctx, s.sql.claimedBy, withdrawalID).Scan(&key)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return "", false, nil
+	case err != nil:
+		return "", false, s.translate(err)
+	}
+	return key, true, nil
+}
