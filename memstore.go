@@ -3,6 +3,7 @@ package submissions
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 )
 
@@ -266,6 +267,10 @@ func (g *guarded[R]) claim(ctx context.Context, key string, fp Fingerprint, outc
 		g.mark(key, 1)
 	}
 	rec, claimed, err := g.store.Claim(ctx, key, fp, outcome)
+	var conflict *ConflictError
+	if err != nil && !errors.As(err, &conflict) {
+		err = fmt.Errorf("request key %s: the store could not claim it, so nothing was sent: %w", key, err)
+	}
 	switch {
 	case outcome != nil:
 		return rec, nil, claimed, err

@@ -19,6 +19,12 @@ const urlVar = "SUBMISSIONS_TEST_DATABASE_URL"
 // with CI=true a missing database fails it instead.
 func testPool(t testing.TB, conns int32) *pgxpool.Pool {
 	t.Helper()
+	return testPoolWith(t, conns, nil)
+}
+
+// testPoolWith is testPool with configure applied to the pool's config.
+func testPoolWith(t testing.TB, conns int32, configure func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
 	url := os.Getenv(urlVar)
 	if url == "" {
 		if os.Getenv("CI") == "true" {
@@ -31,6 +37,9 @@ func testPool(t testing.TB, conns int32) *pgxpool.Pool {
 		t.Fatalf("%s: %v", urlVar, err)
 	}
 	cfg.MaxConns = conns
+	if configure != nil {
+		configure(cfg)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
