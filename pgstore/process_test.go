@@ -1,0 +1,292 @@
+package pgstore
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemledger/submissions"
+)
+
+// The test binary is also the child process of the multi-process tests: with
+// childVar set, TestMain runs the child's part instead of the tests.
+const childVar = "PGSTORE_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if role := os.Getenv(childVar); role != "" {
+		if err := child(role); err != nil {
+			fmt.Println("error", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// child runs one instance of a payout service: a ledger on the shared table,
+// and a rail that writes every send to the sends table.
+func child(role string) error {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv(urlVar))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	st, err := New[w](pool, WithTable(os.Getenv("PGSTORE_TEST_TABLE")))
+	if err != nil {
+		return err
+	}
+	ledger := submissions.NewWithStore[w](st)
+	rail := func(ctx context.Context, x w) (w, error) {
+		if _, err := pool.Exec(ctx, "INSERT INTO "+os.Getenv("PGSTORE_TEST_SENDS")+" (withdrawal_id, process) VALUES ($1, $2)", x.ID, os.Getpid()); err != nil {
+			return w{}, err
+		}
+		return sent(x, fmt.Sprintf("0x%d-%s", os.Getpid(), x.ID)), nil
+	}
+	switch role {
+	case "race":
+		return race(ctx, ledger, rail)
+	case "crash":
+		_, err := ledger.Submit(ctx, os.Getenv("PGSTORE_TEST_KEY"), newW(os.Getenv("PGSTORE_TEST_ID")), func(ctx context.Context, x w) (w, error) {
+			if _, err := rail(ctx, x); err != nil {
+				return w{}, err
+			}
+			fmt.Println("sending") // and the process dies here
+			select {}
+		})
+		return err
+	}
+	return fmt.Errorf("unknown role %q", role)
+}
+
+// race submits every withdrawal from several goroutines, once the parent says
+// go, and prints a line per call: what came back.
+func race(ctx context.Context, ledger *submissions.Submissions[w], rail func(context.Context, w) (w, error)) error {
+	n, err := strconv.Atoi(os.Getenv("PGSTORE_TEST_N"))
+	if err != nil {
+		return err
+	}
+	fmt.Println("ready")
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		return err
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, i := range rand.Perm(n) {
+				id := fmt.Sprint("w-", i)
+				key := "req-" + id
+				if os.Getenv("PGSTORE_TEST_KEYS") == "own" {
+					key = fmt.Sprintf("p%d-g%d-%s", os.Getpid(), g, id)
+				}
+				_, err := ledger.Submit(ctx, key, newW(id), rail)
+				var conflict *submissions.ConflictError
+				line := "ok " + id // sent, or replayed
+				switch {
+				case errors.As(err, &conflict):
+					line = "conflict " + id + " " + conflict.Holder
+				case errors.Is(err, submissions.ErrSubmissionInFlight):
+					line = "inflight " + id
+				case err != nil:
+					line = "error " + id + " " + err.Error()
+				}
+				mu.Lock()
+				fmt.Println(line)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// spawn starts the test binary as a child with role and env.
+func spawn(t *testing.T, role string, env ...string) (*exec.Cmd, io.WriteCloser, *bufio.Scanner) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), append([]string{childVar + "=" + role}, env...)...)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, stdin, bufio.NewScanner(stdout)
+}
+
+// sendsTable creates a table of t's own where the children's rail writes
+// each send, with nothing unique about it: a second send would show.
+func sendsTable(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	name := testTable(t, pool)
+	if _, err := pool.Exec(bg, "CREATE TABLE "+name+" (withdrawal_id text NOT NULL, process int NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+func TestProcessesRaceOnTheSameWithdrawals(t *testing.T) {
+	const (
+		processes   = 4
+		withdrawals = 40
+	)
+	for _, keys := range []string{"shared", "own"} {
+		t.Run(keys+" keys", func(t *testing.T) {
+			pool := testPool(t, 4)
+			st := newTestStore[w](t, pool)
+			sends := sendsTable(t, pool)
+			env := []string{
+				"PGSTORE_TEST_TABLE=" + strings.Trim(st.names.table, `"`),
+				"PGSTORE_TEST_SENDS=" + sends,
+				"PGSTORE_TEST_N=" + strconv.Itoa(withdrawals),
+				"PGSTORE_TEST_KEYS=" + keys,
+			}
+			type proc struct {
+				cmd   *exec.Cmd
+				stdin io.WriteCloser
+				out   *bufio.Scanner
+			}
+			var procs []proc
+			for range processes {
+				cmd, stdin, out := spawn(t, "race", env...)
+				if !out.Scan() || out.Text() != "ready" {
+					t.Fatalf("a child did not get ready: %q", out.Text())
+				}
+				procs = append(procs, proc{cmd, stdin, out})
+			}
+			for _, p := range procs { // go, all at once
+				if _, err := io.WriteString(p.stdin, "go\n"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			results := map[string]int{}
+			for _, p := range procs {
+				for p.out.Scan() {
+					kind, rest, _ := strings.Cut(p.out.Text(), " ")
+					if kind == "error" {
+						t.Errorf("a child: %s", rest)
+					}
+					results[kind]++
+				}
+				if err := p.cmd.Wait(); err != nil {
+					t.Fatalf("a child: %v", err)
+				}
+			}
+			calls := processes * 4 * withdrawals
+			if got := results["ok"] + results["conflict"] + results["inflight"]; got != calls {
+				t.Fatalf("calls answered: got %d (%v); want %d", got, results, calls)
+			}
+			rows, err := pool.Query(bg, "SELECT withdrawal_id, count(*) FROM "+sends+" GROUP BY withdrawal_id")
+			if err != nil {
+				t.Fatal(err)
+			}
+			sent := map[string]int64{}
+			for rows.Next() {
+				var id string
+				var n int64
+				if err := rows.Scan(&id, &n); err != nil {
+					t.Fatal(err)
+				}
+				sent[id] = n
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			for i := range withdrawals {
+				if id := fmt.Sprint("w-", i); sent[id] != 1 {
+					t.Errorf("%s was sent %d times; want 1", id, sent[id])
+				}
+			}
+			if len(sent) != withdrawals {
+				t.Errorf("withdrawals sent: got %d; want %d", len(sent), withdrawals)
+			}
+			// Under keys of their own, every call but the winner's is refused.
+			if keys == "own" && results["ok"] != withdrawals {
+				t.Errorf("calls that got an outcome: got %d; want %d", results["ok"], withdrawals)
+			}
+			t.Logf("%d processes, %d calls: %v", processes, calls, results)
+		})
+	}
+}
+
+// TestProcessKilledInsideItsSend: a process dies with SIGKILL while its send
+// runs. Another process finds the key in flight, refuses a second key naming
+// it, and closes it: with Resolve when the rail shows the transfer, with
+// Release when it shows none.
+func TestProcessKilledInsideItsSend(t *testing.T) {
+	pool := testPool(t, 4)
+	st := newTestStore[w](t, pool)
+	sends := sendsTable(t, pool)
+	ledger := submissions.NewWithStore[w](st)
+	var parentSends int
+	send := func(_ context.Context, x w) (w, error) { parentSends++; return sent(x, "0xparent"), nil }
+
+	for _, exit := range []string{"resolve", "release"} {
+		key, id := "req-"+exit, "w-"+exit
+		cmd, _, out := spawn(t, "crash",
+			"PGSTORE_TEST_TABLE="+strings.Trim(st.names.table, `"`), "PGSTORE_TEST_SENDS="+sends,
+			"PGSTORE_TEST_KEY="+key, "PGSTORE_TEST_ID="+id)
+		if !out.Scan() || out.Text() != "sending" {
+			t.Fatalf("the child did not reach its send: %q", out.Text())
+		}
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		_ = cmd.Wait()
+
+		_, err := ledger.Submit(bg, key, newW(id), send)
+		if !errors.Is(err, submissions.ErrSubmissionInFlight) {
+			t.Fatalf("%s: Submit under the dead process's key: got %v; want ErrSubmissionInFlight", exit, err)
+		}
+		_, err = ledger.Submit(bg, "another-"+key, newW(id), send)
+		var conflict *submissions.ConflictError
+		if !errors.As(err, &conflict) || conflict.Holder != key {
+			t.Fatalf("%s: Submit under another key: got %v; want a *ConflictError naming %s", exit, err, key)
+		}
+		switch exit {
+		case "resolve": // the operator finds the transfer on the rail
+			found := sent(newW(id), "0xfound")
+			if err := ledger.Resolve(bg, key, found); err != nil {
+				t.Fatalf("Resolve: %v", err)
+			}
+			if got, err := ledger.Submit(bg, key, newW(id), send); err != nil || got != found {
+				t.Fatalf("Submit after Resolve: got %+v, %v; want %+v", got, err, found)
+			}
+		case "release": // the operator finds nothing on the rail
+			if _, err := pool.Exec(bg, "DELETE FROM "+sends+" WHERE withdrawal_id = $1", id); err != nil {
+				t.Fatal(err)
+			}
+			if err := ledger.Release(bg, key); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+			if _, err := ledger.Submit(bg, key, newW(id), send); err != nil {
+				t.Fatalf("Submit after Release: %v", err)
+			}
+		}
+	}
+	if parentSends != 1 {
+		t.Fatalf("sends by the surviving process: got %d; want 1 (after the Release)", parentSends)
+	}
+}
