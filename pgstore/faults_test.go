@@ -192,3 +192,37 @@ func TestConnectionKilledDuringTheClaim(t *testing.T) {
 		t.Fatalf("sends: got %d; want 1", n)
 	}
 }
+
+// TestAKeySeenBeforeIsClaimedAgainOnceReleased: a Store tries a plain read
+// first for a key it has seen; when another instance has released the key
+// meanwhile, it claims it as any other store would.
+func TestAKeySeenBeforeIsClaimedAgainOnceReleased(t *testing.T) {
+	count := &counter{}
+	pool := testPoolWith(t, 2, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = count })
+	st := newTestStore[w](t, pool)
+	here := submissions.NewWithStore[w](st)
+	other, err := New[w](pool, WithTable(strings.Trim(st.names.table, `"`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	elsewhere := submissions.NewWithStore[w](other)
+	var sends atomic.Int64
+	failing := func(context.Context, w) (w, error) { sends.Add(1); return w{}, errors.New("rail timed out") }
+	if _, err := here.Submit(bg, "req-1", newW("w-1"), failing); err == nil {
+		t.Fatal("Submit with a failing send: got nil error")
+	}
+	if err := elsewhere.Release(bg, "req-1"); err != nil {
+		t.Fatalf("Release on another instance: %v", err)
+	}
+	before := count.n.Load()
+	out, err := here.Submit(bg, "req-1", newW("w-1"), func(_ context.Context, x w) (w, error) { sends.Add(1); return sent(x, "0xtx"), nil })
+	if err != nil || out.TxHash != "0xtx" {
+		t.Fatalf("Submit after the release: got %+v, %v; want it sent", out, err)
+	}
+	if got := count.n.Load() - before; got != 3 {
+		t.Errorf("statements: got %d; want 3 (a read that misses, the claim, the outcome)", got)
+	}
+	if n := sends.Load(); n != 2 {
+		t.Fatalf("sends: got %d; want 2 (the failed one, then one after the release)", n)
+	}
+}

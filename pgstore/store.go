@@ -11,7 +11,8 @@
 // on the key and unique on the withdrawal id. A claim is one INSERT, and the
 // name of the constraint it violates says whether the key or the withdrawal
 // was taken; a violation is never swallowed. A fresh submit costs two round
-// trips (claim, then outcome), a replay one. The SQL is plain INSERT, SELECT,
+// trips (claim, then outcome), a replay one: a plain SELECT on an instance that
+// has seen the key, the claim statement elsewhere. The SQL is plain INSERT, SELECT,
 // UPDATE and DELETE over unique constraints, with one common table
 // expression; Migrate alone uses an advisory lock.
 package pgstore
@@ -49,6 +50,7 @@ type Store[R submissions.Fingerprinter] struct {
 	schema string // the embedded schema for this table
 	lockID int64  // the advisory lock Migrate holds
 	sql    statements
+	recent recentKeys // keys claimed or found here: a retry of one reads first
 }
 
 // statements are the store's SQL, for its table.

@@ -1,0 +1,150 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"log/slog"
+
+	"github.com/idemledger/submissions"
+)
+
+var quiet = slog.New(slog.DiscardHandler)
+
+// The ledger on PostgreSQL runs beside its floor, the same round trips issued
+// directly through pgx on the same schema, in turns inside one benchmark, so
+// that the drift of a shared machine falls on both alike. Each turn runs
+// workers goroutines at once, perWorker calls each, on one side and then the
+// other. The figures are calls per second on each side and their ratio
+// (ledger over floor: higher is better).
+const (
+	workers   = 16
+	perWorker = 25
+)
+
+// floorSQL is the least a claim, an outcome and a replay cost on the schema.
+type floorSQL struct{ insert, update, selectRow string }
+
+func newFloor(table string) floorSQL {
+	return floorSQL{
+		insert:    `INSERT INTO ` + table + ` (request_key, withdrawal_id, amount, currency, destination) VALUES ($1, $2, $3, $4, $5)`,
+		update:    `UPDATE ` + table + ` SET outcome = $2, settled_at = now() WHERE tenant = '' AND request_key = $1 AND outcome IS NULL`,
+		selectRow: `SELECT withdrawal_id, amount, currency, destination, outcome FROM ` + table + ` WHERE tenant = '' AND request_key = $1`,
+	}
+}
+
+// turns runs ledger(worker, n) and then floor(worker, n) for n in
+// [turn*perWorker, (turn+1)*perWorker) on workers goroutines each, in turns,
+// and reports both sides' calls per second and their ratio.
+func turns(b *testing.B, ledger, floor func(worker, n int) error) {
+	side := func(turn int, f func(worker, n int) error) time.Duration {
+		var wg sync.WaitGroup
+		start := time.Now()
+		for g := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range perWorker {
+					if err := f(g, turn*perWorker+i); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return time.Since(start)
+	}
+	// One turn untimed, so that every connection has prepared the
+	// statements of both sides: the figures are of a service running.
+	side(0, ledger)
+	side(0, floor)
+	var ledgerTime, floorTime time.Duration
+	turn := 1
+	for b.Loop() {
+		ledgerTime += side(turn, ledger)
+		floorTime += side(turn, floor)
+		turn++
+	}
+	calls := float64((turn - 1) * workers * perWorker)
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(calls/ledgerTime.Seconds(), "ledger-calls/s")
+	b.ReportMetric(calls/floorTime.Seconds(), "floor-calls/s")
+	b.ReportMetric(floorTime.Seconds()/ledgerTime.Seconds(), "ratio")
+}
+
+func benchStores(b *testing.B) (*submissions.Submissions[w], *pgxpool.Pool, floorSQL) {
+	pool := testPool(b, workers+2)
+	ledgerStore, err := New[w](pool, WithTable(testTable(b, pool)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	floorStore, err := New[w](pool, WithTable(testTable(b, pool)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, s := range []*Store[w]{ledgerStore, floorStore} {
+		if err := s.Migrate(bg); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ledger := submissions.NewWithStore[w](ledgerStore, submissions.WithLogger(quiet))
+	return ledger, pool, newFloor(floorStore.names.table)
+}
+
+func benchWithdrawal(side string, worker, n int) (string, w) {
+	key := fmt.Sprintf("%s-5f0c2a8e-4b1d-9e3a-%04d-%08d", side, worker, n)
+	x := newW(fmt.Sprintf("%s-0b7e91d4-4c2f-8a6b-%04d-%08d", side, worker, n))
+	x.Dest = "0x9f2c4e1b7a3d5c8e0f6a2b4d1c3e5f7a9b8c6d4e"
+	return key, x
+}
+
+func BenchmarkPostgresFresh(b *testing.B) {
+	ledger, pool, floor := benchStores(b)
+	send := func(_ context.Context, x w) (w, error) { return sent(x, "0xtx"), nil }
+	turns(b, func(worker, n int) error {
+		key, x := benchWithdrawal("L", worker, n)
+		_, err := ledger.Submit(bg, key, x, send)
+		return err
+	}, func(worker, n int) error {
+		key, x := benchWithdrawal("F", worker, n)
+		if _, err := pool.Exec(bg, floor.insert, key, x.ID, x.Amount, x.Currency, x.Dest); err != nil {
+			return err
+		}
+		_, err := pool.Exec(bg, floor.update, key, []byte(`{"ID":"`+x.ID+`","State":"sent","TxHash":"0xtx"}`))
+		return err
+	})
+}
+
+func BenchmarkPostgresReplay(b *testing.B) {
+	ledger, pool, floor := benchStores(b)
+	send := func(_ context.Context, x w) (w, error) { return sent(x, "0xtx"), nil }
+	for g := range workers {
+		key, x := benchWithdrawal("L", g, 0)
+		if _, err := ledger.Submit(bg, key, x, send); err != nil {
+			b.Fatal(err)
+		}
+		key, x = benchWithdrawal("F", g, 0)
+		if _, err := pool.Exec(bg, floor.insert, key, x.ID, x.Amount, x.Currency, x.Dest); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := pool.Exec(bg, floor.update, key, []byte(`{}`)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	turns(b, func(worker, _ int) error {
+		key, x := benchWithdrawal("L", worker, 0)
+		_, err := ledger.Submit(bg, key, x, send)
+		return err
+	}, func(worker, _ int) error {
+		key, _ := benchWithdrawal("F", worker, 0)
+		var id, amount, currency, dest string
+		var outcome []byte
+		return pool.QueryRow(bg, floor.selectRow, key).Scan(&id, &amount, &currency, &dest, &outcome)
+	})
+}
