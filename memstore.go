@@ -32,9 +32,11 @@ type backend[R Fingerprinter] interface {
 }
 
 // A ticket settles one claim that a backend marked as being sent: with the
-// send's outcome, or with none. Either way the mark is cleared.
+// send's outcome, or with none. Either way the mark is cleared. settle returns
+// nil when it recorded the outcome, and otherwise the record as it stands (the
+// zero Record if the key has gone): the usual answer costs no copy.
 type ticket[R Fingerprinter] interface {
-	settle(ctx context.Context, outcome R) (Record[R], bool, error)
+	settle(ctx context.Context, outcome R) (*Record[R], error)
 	abandon()
 }
 
@@ -132,15 +134,16 @@ func (m *memStore[R]) take(key string, fp *Fingerprint, outcome *R, mark bool) (
 
 // settle records the outcome of the send rec was claimed for, and clears its
 // mark: a record is its own ticket.
-func (r *record[R]) settle(_ context.Context, outcome R) (Record[R], bool, error) {
+func (r *record[R]) settle(_ context.Context, outcome R) (*Record[R], error) {
 	r.store.mu.Lock()
 	defer r.store.mu.Unlock()
 	r.sending = false
 	if r.done { // resolved through another ledger on this store meanwhile
-		return r.snapshot(), false, nil
+		rec := r.snapshot()
+		return &rec, nil
 	}
 	r.outcome, r.done = outcome, true
-	return Record[R]{}, true, nil
+	return nil, nil
 }
 
 func (r *record[R]) abandon() {
@@ -288,9 +291,13 @@ type guardTicket[R Fingerprinter] struct {
 	fp  Fingerprint
 }
 
-func (t *guardTicket[R]) settle(ctx context.Context, outcome R) (Record[R], bool, error) {
+func (t *guardTicket[R]) settle(ctx context.Context, outcome R) (*Record[R], error) {
 	defer t.g.mark(t.key, -1)
-	return t.g.store.Settle(ctx, t.key, t.fp, outcome)
+	rec, recorded, err := t.g.store.Settle(ctx, t.key, t.fp, outcome)
+	if recorded || err != nil {
+		return nil, err
+	}
+	return &rec, nil
 }
 
 func (t *guardTicket[R]) abandon() { t.g.mark(t.key, -1) }

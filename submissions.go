@@ -190,10 +190,10 @@ func (s *Submissions[R]) send(ctx context.Context, t ticket[R], key string, fp F
 		return zero, fmt.Errorf("send for request key %s failed; its outcome is unknown and the key stays claimed: %w", key, err)
 	}
 
-	rec, recorded, err := t.settle(ctx, out)
+	rec, err := t.settle(ctx, out)
 	settled = true
 	switch {
-	case recorded:
+	case err == nil && rec == nil:
 		return out, nil
 	case err != nil:
 		err = fmt.Errorf("%w: request key %s: %w", ErrOutcomeNotRecorded, key, err)
