@@ -24,6 +24,9 @@
 // service when the withdrawal is created, never minted by the client, and the
 // ledger must be the only path to a send.
 //
-// Submissions keeps its state in memory, so its guarantees hold within one
-// process.
+// A ledger keeps its state in a Store. New keeps it in memory, where the
+// guarantees hold within one process; NewWithStore takes any other, such as
+// the PostgreSQL store of the pgstore module, where they hold across every
+// instance that shares it. The storetest package is the conformance suite a
+// Store must pass.
 package submissions

@@ -40,22 +40,10 @@ type Fingerprinter interface {
 	Fingerprint() Fingerprint
 }
 
-// canonical validates f and returns its canonical form: the amount without
-// leading or trailing zeros ("025.50" -> "25.5"), the currency in upper case.
-// It does not allocate when f is already canonical.
-func canonical(f Fingerprint) (Fingerprint, error) {
-	if err := checkIdentity(&f); err != nil {
-		return Fingerprint{}, err
-	}
-	if err := normalize(&f); err != nil {
-		return Fingerprint{}, err
-	}
-	return f, nil
-}
-
 // normalize validates f's amount and currency and puts both in canonical
-// form, in place (copies of a Fingerprint cost more than its checks). It
-// leaves the withdrawal id and destination to checkIdentity: they are compared
+// form ("025.50" -> "25.5", "usdc" -> "USDC"), in place: copies of a
+// Fingerprint cost more than its checks. It allocates nothing when they are
+// canonical already, nor for most amounts that are not. It leaves the withdrawal id and destination to checkIdentity: they are compared
 // exactly, so a request whose id and destination equal those of a valid
 // record is valid without a second look.
 func normalize(f *Fingerprint) error {

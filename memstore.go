@@ -152,16 +152,6 @@ func (r *record[R]) abandon() {
 	r.sending = false
 }
 
-// replay returns the outcome of key's record if it has one and is for fp.
-func (m *memStore[R]) replay(key string, fp *Fingerprint) (outcome R, ok bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if rec, found := m.records[key]; found && rec.done && rec.fp == *fp {
-		return rec.outcome, true
-	}
-	return outcome, false
-}
-
 // Settle implements Store.
 func (m *memStore[R]) Settle(ctx context.Context, key string, fp Fingerprint, outcome R) (Record[R], bool, error) {
 	return m.settle(ctx, key, fp, outcome)

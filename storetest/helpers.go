@@ -12,8 +12,10 @@ import (
 	"github.com/idemledger/submissions"
 )
 
-// withdrawal is the service's own type, as a payout service would have it:
-// its fingerprint stays the same as it moves from approved to sent.
+// Withdrawal is the type the suite submits, as a payout service would have
+// it: its fingerprint stays the same as it moves from approved to sent. A
+// store under test must keep its outcomes whole (all fields are exported and
+// encode to JSON).
 type Withdrawal struct {
 	ID       string
 	Amount   string
@@ -23,6 +25,8 @@ type Withdrawal struct {
 	TxHash   string
 }
 
+// Fingerprint returns the withdrawal's identity: id, amount, currency and
+// destination.
 func (w Withdrawal) Fingerprint() submissions.Fingerprint {
 	return submissions.Fingerprint{WithdrawalID: w.ID, Amount: w.Amount, Currency: w.Currency, Destination: w.Dest}
 }
