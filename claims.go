@@ -4,9 +4,9 @@ package submissions
 // index that makes a withdrawal exclusive: the records map makes a key
 // idempotent, claims refuses a second key for the same money.
 //
-// claims is not safe for concurrent use; Submissions guards it with its mutex,
-// in the same critical section as the records map, so that checking a claim
-// and taking it are one step.
+// claims is not safe for concurrent use; the memory store guards it with its
+// mutex, in the same critical section as the records map, so that checking a
+// claim and taking it are one step.
 type claims map[string]string
 
 // holder returns the key that claims withdrawalID, if any.

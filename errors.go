@@ -26,10 +26,12 @@ var (
 	ErrInvalidKey = errors.New("invalid request key")
 
 	// ErrOutcomeNotRecorded is returned, with the outcome send returned, when
-	// that outcome could not be recorded: the store failed (a lost
-	// connection, a database down) or the key was released while its send
-	// ran. The money may have moved. The key stays in flight: resolve it with
-	// the outcome that came with this error.
+	// that outcome was not recorded: the caller's context had ended, the
+	// store failed (a lost connection, a database down), or, through another
+	// instance, the key was released or resolved with another outcome while
+	// its send ran. The money may have moved. Unless it was released or
+	// resolved, the key stays in flight: resolve it with the outcome that
+	// came with this error.
 	ErrOutcomeNotRecorded = errors.New("outcome not recorded")
 
 	// ErrInvalidFingerprint is returned when a withdrawal's Fingerprint breaks

@@ -7,9 +7,13 @@ import (
 	"sync"
 )
 
-// errSending is what a backend's release returns while the ledger is running
-// the key's send.
-var errSending = errors.New("send running")
+// errSending is what a backend's release and settle return while the ledger
+// is running the key's send; errBusy is what its claim returns while the
+// ledger is releasing or resolving the key.
+var (
+	errSending = errors.New("send running")
+	errBusy    = errors.New("release or resolve running")
+)
 
 // backend is what a ledger runs on: a Store, plus the guard of rule 14 (which
 // keys this ledger is sending), plus the order of its checks. memStore is one
@@ -21,10 +25,13 @@ type backend[R Fingerprinter] interface {
 	// key as being sent in the same step, so that no release can come between,
 	// and returns the ticket that settles the claim.
 	claim(ctx context.Context, key string, fp Fingerprint, outcome *R) (Record[R], ticket[R], bool, error)
-	// settle is Store.Settle, for Resolve.
+	// hold makes way for a Resolve or Release of key, refused with errSending
+	// while the key is marked as being sent; the caller calls done when it
+	// has finished.
+	hold(key string) (done func(), err error)
+	// settle is Store.Settle, for Resolve, refused with errSending while the
+	// key is marked as being sent.
 	settle(ctx context.Context, key string, fp Fingerprint, outcome R) (Record[R], bool, error)
-	// sending reports whether the key is marked as being sent.
-	sending(key string) bool
 	// release is Store.Release, refused with errSending while key is marked.
 	release(ctx context.Context, key string) (Record[R], bool, error)
 	lookup(ctx context.Context, key string) (Record[R], bool, error)
@@ -52,6 +59,7 @@ type memStore[R Fingerprinter] struct {
 // record is what the memory store knows about one request key.
 type record[R Fingerprinter] struct {
 	store   *memStore[R] // the store it is in, so that a record is its own ticket
+	key     string       // its key in store.records, while it is there
 	fp      Fingerprint  // canonical; never changed
 	outcome R            // meaningful only when done; never changed once done
 	done    bool         // the outcome is known
@@ -117,7 +125,7 @@ func (m *memStore[R]) take(key string, fp *Fingerprint, outcome *R, mark bool) (
 	if err := checkIdentity(fp); err != nil {
 		return nil, false, err
 	}
-	rec = &record[R]{store: m, fp: *fp, sending: mark && outcome == nil}
+	rec = &record[R]{store: m, key: key, fp: *fp, sending: mark && outcome == nil}
 	if outcome != nil {
 		rec.outcome, rec.done = *outcome, true
 	}
@@ -138,7 +146,10 @@ func (r *record[R]) settle(_ context.Context, outcome R) (*Record[R], error) {
 	r.store.mu.Lock()
 	defer r.store.mu.Unlock()
 	r.sending = false
-	if r.done { // resolved through another ledger on this store meanwhile
+	switch {
+	case r.store.records[r.key] != r: // released through the Store meanwhile
+		return &Record[R]{}, nil
+	case r.done: // resolved through another ledger on this store meanwhile
 		rec := r.snapshot()
 		return &rec, nil
 	}
@@ -154,10 +165,16 @@ func (r *record[R]) abandon() {
 
 // Settle implements Store.
 func (m *memStore[R]) Settle(ctx context.Context, key string, fp Fingerprint, outcome R) (Record[R], bool, error) {
-	return m.settle(ctx, key, fp, outcome)
+	return m.fix(key, fp, outcome, false)
 }
 
 func (m *memStore[R]) settle(_ context.Context, key string, fp Fingerprint, outcome R) (Record[R], bool, error) {
+	return m.fix(key, fp, outcome, true)
+}
+
+// fix records outcome for key's record for fp while it has none, and if
+// guard, not while it is marked as being sent.
+func (m *memStore[R]) fix(key string, fp Fingerprint, outcome R, guard bool) (Record[R], bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	rec, ok := m.records[key]
@@ -166,17 +183,16 @@ func (m *memStore[R]) settle(_ context.Context, key string, fp Fingerprint, outc
 		return Record[R]{}, false, nil
 	case rec.done:
 		return rec.snapshot(), false, nil
+	case guard && rec.sending:
+		return Record[R]{}, false, errSending
 	}
 	rec.outcome, rec.done = outcome, true
 	return rec.snapshot(), true, nil
 }
 
-func (m *memStore[R]) sending(key string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	rec, ok := m.records[key]
-	return ok && rec.sending
-}
+// hold has nothing to do: the memory store checks its marks in the same step
+// as each change.
+func (m *memStore[R]) hold(string) (func(), error) { return func() {}, nil }
 
 // Release implements Store.
 func (m *memStore[R]) Release(ctx context.Context, key string) (Record[R], bool, error) {
@@ -233,43 +249,84 @@ func (m *memStore[R]) claimedBy(_ context.Context, withdrawalID string) (string,
 }
 
 // guarded runs a ledger on any Store: it checks identities before claiming,
-// and keeps the marks of rule 14 in a map of its own.
+// and keeps the marks of rule 14 itself, with what it needs to keep them
+// exact: while it sends a key it neither releases nor resolves it, and while
+// it releases or resolves a key it does not claim it. The store's calls run
+// outside g.mu, so a slow one holds up only its own key.
 type guarded[R Fingerprinter] struct {
 	store Store[R]
 
-	mu    sync.Mutex     // protects sends; release holds it across the store's Release
-	sends map[string]int // key -> sends this ledger is running, or about to
+	mu   sync.Mutex        // protects busy
+	busy map[string]keyUse // keys this ledger is sending, releasing or resolving
 }
 
-func (g *guarded[R]) mark(key string, n int) {
+// keyUse counts what a ledger is doing with a key.
+type keyUse struct {
+	sends int // sends running, or about to: claims made or being made
+	fixes int // releases and resolves running
+}
+
+// enter counts a use of key, unless one that excludes it runs: a send
+// excludes fixes (errSending), a fix excludes sends (errBusy).
+func (g *guarded[R]) enter(key string, send bool) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.sends[key] += n; g.sends[key] <= 0 {
-		delete(g.sends, key)
+	u := g.busy[key]
+	switch {
+	case send && u.fixes > 0:
+		return errBusy
+	case !send && u.sends > 0:
+		return errSending
+	case send:
+		u.sends++
+	default:
+		u.fixes++
+	}
+	g.busy[key] = u
+	return nil
+}
+
+// leave ends a use of key that enter counted.
+func (g *guarded[R]) leave(key string, send bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	u := g.busy[key]
+	if send {
+		u.sends--
+	} else {
+		u.fixes--
+	}
+	if u == (keyUse{}) {
+		delete(g.busy, key)
+	} else {
+		g.busy[key] = u
 	}
 }
 
 // claim marks an in-flight claim before asking the store, so that a release
-// (which holds g.mu across the store's Release) either sees the mark or has
-// finished deleting before the claim is made.
-func (g *guarded[R]) claim(ctx context.Context, key string, fp Fingerprint, outcome *R) (Record[R], ticket[R], bool, error) {
+// or resolve of the key by this ledger either sees the mark or has finished
+// before the claim is made.
+func (g *guarded[R]) claim(ctx context.Context, key string, fp Fingerprint, outcome *R) (rec Record[R], t ticket[R], claimed bool, err error) {
 	if err := checkIdentity(&fp); err != nil {
 		return Record[R]{}, nil, false, err
 	}
 	if outcome == nil {
-		g.mark(key, 1)
+		if err := g.enter(key, true); err != nil {
+			return Record[R]{}, nil, false, err
+		}
+		defer func() {
+			if t == nil { // not claimed, failed, or the store panicked
+				g.leave(key, true)
+			}
+		}()
 	}
-	rec, claimed, err := g.store.Claim(ctx, key, fp, outcome)
+	rec, claimed, err = g.store.Claim(ctx, key, fp, outcome)
 	var conflict *ConflictError
-	if err != nil && !errors.As(err, &conflict) {
-		err = fmt.Errorf("request key %s: the store could not claim it, so nothing was sent: %w", key, err)
-	}
 	switch {
-	case outcome != nil:
+	case err != nil && !errors.As(err, &conflict):
+		return rec, nil, false, fmt.Errorf("request key %s: the store could not claim it, so nothing was sent: %w", key, err)
+	case err != nil || !claimed || outcome != nil:
 		return rec, nil, claimed, err
-	case err != nil || !claimed:
-		g.mark(key, -1)
-		return rec, nil, false, err
 	}
 	return rec, &guardTicket[R]{g: g, key: key, fp: fp}, true, nil
 }
@@ -282,7 +339,7 @@ type guardTicket[R Fingerprinter] struct {
 }
 
 func (t *guardTicket[R]) settle(ctx context.Context, outcome R) (*Record[R], error) {
-	defer t.g.mark(t.key, -1)
+	defer t.g.leave(t.key, true)
 	rec, recorded, err := t.g.store.Settle(ctx, t.key, t.fp, outcome)
 	if recorded || err != nil {
 		return nil, err
@@ -290,24 +347,21 @@ func (t *guardTicket[R]) settle(ctx context.Context, outcome R) (*Record[R], err
 	return &rec, nil
 }
 
-func (t *guardTicket[R]) abandon() { t.g.mark(t.key, -1) }
+func (t *guardTicket[R]) abandon() { t.g.leave(t.key, true) }
 
+func (g *guarded[R]) hold(key string) (func(), error) {
+	if err := g.enter(key, false); err != nil {
+		return nil, err
+	}
+	return func() { g.leave(key, false) }, nil
+}
+
+// settle and release run inside hold.
 func (g *guarded[R]) settle(ctx context.Context, key string, fp Fingerprint, outcome R) (Record[R], bool, error) {
 	return g.store.Settle(ctx, key, fp, outcome)
 }
 
-func (g *guarded[R]) sending(key string) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.sends[key] > 0
-}
-
 func (g *guarded[R]) release(ctx context.Context, key string) (Record[R], bool, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.sends[key] > 0 {
-		return Record[R]{}, false, errSending
-	}
 	return g.store.Release(ctx, key)
 }
 

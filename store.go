@@ -24,9 +24,8 @@ type Record[R Fingerprinter] struct {
 // calling a store, compares fingerprints and outcomes, and turns what a store
 // reports into errors. A store reports what is there; errors other than the
 // ones named below mean the store could not answer (a lost connection, say),
-// and say nothing about the state.
-//
-// Work in progress: the ledger does not run on a Store yet.
+// and say nothing about the state. The conformance suite a Store must pass is
+// the storetest package.
 type Store[R Fingerprinter] interface {
 	// Claim records key for fp and claims fp.WithdrawalID for key, in one
 	// atomic step. The record is in flight when outcome is nil, and done with

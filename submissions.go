@@ -48,7 +48,7 @@ func NewWithStore[R Fingerprinter](store Store[R], opts ...Option) *Submissions[
 	case *memStore[R]:
 		s.be = st
 	default:
-		s.be = &guarded[R]{store: st, sends: make(map[string]int)}
+		s.be = &guarded[R]{store: st, busy: make(map[string]keyUse)}
 	}
 	return s
 }
@@ -89,9 +89,11 @@ func (s *Submissions[R]) backend() backend[R] {
 // continues with its own value. Each of these is logged at Warn with the key
 // and the withdrawal.
 //
-// If send returned an outcome that the store could not record (a lost
-// connection, say), Submit returns that outcome with an error wrapping
-// ErrOutcomeNotRecorded; the key stays in flight for Resolve. On every other
+// Whenever send returned an outcome that is not recorded, Submit returns that
+// outcome with an error wrapping ErrOutcomeNotRecorded: when ctx had ended by
+// then (the error wraps ctx's too), when the store failed to record it (a lost
+// connection, say), when the key was released meanwhile, or when the key was
+// resolved meanwhile with another outcome, which stands. On every other
 // refusal or failure Submit returns the zero R.
 func (s *Submissions[R]) Submit(ctx context.Context, key string, req R,
 	send func(ctx context.Context, req R) (R, error)) (R, error) {
@@ -123,6 +125,8 @@ func (s *Submissions[R]) Submit(ctx context.Context, key string, req R,
 	} else {
 		rec, tk, claimed, err := s.be.claim(ctx, key, fp, nil)
 		switch {
+		case errors.Is(err, errBusy):
+			return zero, inFlight(key, "is being released or resolved by this ledger")
 		case err != nil:
 			return zero, err
 		case !claimed:
@@ -171,8 +175,14 @@ func (s *Submissions[R]) send(ctx context.Context, t ticket[R], key string, fp F
 	if send != nil {
 		out, err = send(ctx, req)
 	}
-	if err == nil {
-		err = ctx.Err() // an answer after the caller's context ended is not taken as known
+	if err == nil && ctx.Err() != nil {
+		// An answer after the caller's context ended is not taken as known:
+		// it comes back, unrecorded, and the key stays in flight.
+		t.abandon()
+		settled = true
+		err = fmt.Errorf("%w: request key %s: send returned after its context ended, and the key stays claimed: %w", ErrOutcomeNotRecorded, key, ctx.Err())
+		s.note(ctx, slog.LevelWarn, "send returned after its context ended; the outcome is not recorded and the key stays claimed", key, fp.WithdrawalID, err)
+		return out, err
 	}
 	if err == nil {
 		got := out.Fingerprint()
@@ -198,10 +208,10 @@ func (s *Submissions[R]) send(ctx context.Context, t ticket[R], key string, fp F
 	case err != nil:
 		err = fmt.Errorf("%w: request key %s: %w", ErrOutcomeNotRecorded, key, err)
 	case rec.Done: // resolved elsewhere while send ran
-		if err := sameOutcome(key, rec.Outcome, out); err != nil {
-			return out, fmt.Errorf("send for request key %s returned after it was resolved with another outcome, which stands: %w", key, err)
+		if err = sameOutcome(key, rec.Outcome, out); err == nil {
+			return out, nil
 		}
-		return out, nil
+		err = fmt.Errorf("%w: request key %s was resolved with another outcome while its send ran, and that one stands: %w", ErrOutcomeNotRecorded, key, err)
 	default:
 		err = fmt.Errorf("%w: request key %s was released while its send ran", ErrOutcomeNotRecorded, key)
 	}
@@ -241,6 +251,11 @@ func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) err
 		return err
 	}
 	be := s.backend()
+	done, err := be.hold(key)
+	if err != nil {
+		return inFlight(key, "is being sent by this ledger; resolve it once its send has returned")
+	}
+	defer done()
 	rec, _, claimed, err := be.claim(ctx, key, fp, &outcome)
 	switch {
 	case err != nil:
@@ -253,11 +268,12 @@ func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) err
 		return err
 	}
 	if !rec.Done {
-		if be.sending(key) {
-			return inFlight(key, "is being sent by this ledger; resolve it once its send has returned")
-		}
 		var recorded bool
-		if rec, recorded, err = be.settle(ctx, key, fp, outcome); err != nil {
+		rec, recorded, err = be.settle(ctx, key, fp, outcome)
+		switch {
+		case errors.Is(err, errSending):
+			return inFlight(key, "is being sent by this ledger; resolve it once its send has returned")
+		case err != nil:
 			return err
 		}
 		if recorded {
@@ -287,7 +303,13 @@ func (s *Submissions[R]) Release(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	rec, released, err := s.backend().release(ctx, key)
+	be := s.backend()
+	done, err := be.hold(key)
+	if err != nil {
+		return inFlight(key, "is still being sent by this ledger and cannot be released")
+	}
+	defer done()
+	rec, released, err := be.release(ctx, key)
 	switch {
 	case errors.Is(err, errSending):
 		return inFlight(key, "is still being sent by this ledger and cannot be released")

@@ -100,21 +100,58 @@ func terminate(t *testing.T, admin *pgxpool.Pool, pid int) {
 	t.Fatalf("backend %d still alive", pid)
 }
 
-// TestConnectionKilledDuringTheOutcomeWrite: the rail has moved the money, and
-// the connection that would record it dies. Submit returns the outcome with
-// ErrOutcomeNotRecorded; the key stays in flight; nothing is sent again.
+// waitForLock waits until backend pid waits on a lock.
+func waitForLock(t *testing.T, admin *pgxpool.Pool, pid int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var waiting bool
+		if err := admin.QueryRow(bg, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock')`, pid).Scan(&waiting); err != nil {
+			t.Error(err)
+			return
+		}
+		if waiting {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("backend %d never waited on a lock", pid)
+			return
+		}
+	}
+}
+
+// TestConnectionKilledDuringTheOutcomeWrite: the rail has moved the money,
+// and the connection dies while its UPDATE of the outcome waits on a row lock.
+// Submit returns the outcome with ErrOutcomeNotRecorded; the key stays in
+// flight; nothing is sent again.
 func TestConnectionKilledDuringTheOutcomeWrite(t *testing.T) {
 	pool := testPool(t, 1) // one connection: the claim's, then the outcome's
 	admin := testPool(t, 2)
-	ledger := submissions.NewWithStore[w](newTestStore[w](t, pool))
+	st := newTestStore[w](t, pool)
+	ledger := submissions.NewWithStore[w](st)
 	pid := backendPID(t, pool)
 	var sends atomic.Int64
 	x := newW("w-1")
+	killed := make(chan struct{})
 	out, err := ledger.Submit(bg, "req-1", x, func(_ context.Context, x w) (w, error) {
 		sends.Add(1)
-		terminate(t, admin, pid)
+		// Hold the claimed row, so that the outcome's UPDATE waits on it,
+		// and kill that connection while it waits.
+		blocker, err := admin.Begin(bg)
+		if err != nil {
+			return w{}, err
+		}
+		if _, err := blocker.Exec(bg, "SELECT 1 FROM "+st.names.table+" WHERE request_key = 'req-1' FOR UPDATE"); err != nil {
+			return w{}, err
+		}
+		go func() {
+			defer close(killed)
+			defer blocker.Rollback(bg)
+			waitForLock(t, admin, pid)
+			terminate(t, admin, pid)
+		}()
 		return sent(x, "0xmoved"), nil
 	})
+	<-killed
 	if !errors.Is(err, submissions.ErrOutcomeNotRecorded) || out != sent(x, "0xmoved") {
 		t.Fatalf("Submit: got %+v, %v; want the rail's outcome and ErrOutcomeNotRecorded", out, err)
 	}
@@ -165,18 +202,7 @@ func TestConnectionKilledDuringTheClaim(t *testing.T) {
 		_, err := ledger.Submit(bg, "req-1", newW("w-1"), send)
 		done <- err
 	}()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		var waiting bool
-		if err := admin.QueryRow(bg, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock')`, pid).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the claim never waited on the blocking row")
-		}
-	}
+	waitForLock(t, admin, pid)
 	terminate(t, admin, pid)
 	err = <-done
 	if err == nil || !strings.Contains(err.Error(), "nothing was sent") {

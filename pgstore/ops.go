@@ -36,8 +36,8 @@ func (s *Store[R]) Claim(ctx context.Context, key string, fp submissions.Fingerp
 	var encoded []byte // NULL: in flight
 	if outcome != nil {
 		var err error
-		if encoded, err = s.codec.Marshal(*outcome); err != nil {
-			return submissions.Record[R]{}, false, fmt.Errorf("pgstore: encode the outcome of request key %s: %w", key, err)
+		if encoded, err = s.encode(key, *outcome); err != nil {
+			return submissions.Record[R]{}, false, err
 		}
 	}
 	var err error
@@ -80,6 +80,19 @@ func (s *Store[R]) claimOnce(ctx context.Context, key string, fp submissions.Fin
 	return rec, inserted, err
 }
 
+// encode encodes an outcome; an encoding of no bytes would read back as no
+// outcome (NULL), so it is refused.
+func (s *Store[R]) encode(key string, outcome R) ([]byte, error) {
+	encoded, err := s.codec.Marshal(outcome)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("pgstore: encode the outcome of request key %s: %w", key, err)
+	case len(encoded) == 0:
+		return nil, fmt.Errorf("pgstore: encode the outcome of request key %s: the codec returned no bytes", key)
+	}
+	return encoded, nil
+}
+
 // storedRow is a row as scanned, before its outcome is decoded.
 type storedRow struct {
 	fp      submissions.Fingerprint
@@ -99,9 +112,9 @@ func (s *Store[R]) record(key string, row storedRow) (submissions.Record[R], err
 // Settle implements submissions.Store: one UPDATE of the key's row for fp
 // while it has no outcome, and a read to tell why when it matched nothing.
 func (s *Store[R]) Settle(ctx context.Context, key string, fp submissions.Fingerprint, outcome R) (submissions.Record[R], bool, error) {
-	encoded, err := s.codec.Marshal(outcome)
+	encoded, err := s.encode(key, outcome)
 	if err != nil {
-		return submissions.Record[R]{}, false, fmt.Errorf("pgstore: encode the outcome of request key %s: %w", key, err)
+		return submissions.Record[R]{}, false, err
 	}
 	tag, err := s.pool.Exec(ctx, s.sql.settle, key, fp.WithdrawalID, fp.Amount, fp.Currency, fp.Destination, encoded)
 	if err != nil {

@@ -458,8 +458,9 @@ func testAnswerAfterTheContextEndedIsNotTakenAsKnown(t *testing.T, e env) {
 		return r.send(ctx, req)
 	})
 	wantErr(t, err, context.Canceled)
-	if out != (Withdrawal{}) {
-		t.Fatalf("Submit: got %+v; want the zero value", out)
+	wantErr(t, err, submissions.ErrOutcomeNotRecorded)
+	if want := w.sent("0xtx-w-1"); out != want {
+		t.Fatalf("Submit: got %+v; want the rail's answer %+v, unrecorded", out, want)
 	}
 	r.wantCalls(t, 1)
 	sent := &rail{}
@@ -467,6 +468,10 @@ func testAnswerAfterTheContextEndedIsNotTakenAsKnown(t *testing.T, e env) {
 	if got := l.find(slog.LevelWarn, map[string]string{"key": "req-1", "withdrawal": "w-1"}); len(got) != 1 {
 		t.Fatalf("Warn logs naming key and withdrawal: got %d; want 1", len(got))
 	}
+	if err := s.Resolve(bg, "req-1", out); err != nil {
+		t.Fatalf("Resolve with the answer that came back: %v", err)
+	}
+	wantOutcome(t, s, "req-1", out, true)
 }
 
 // Rule 10: an outcome with another fingerprint is a conflict; the key stays

@@ -53,7 +53,10 @@ func (e env) ledger() (*submissions.Submissions[Withdrawal], *logs) {
 	return submissions.NewWithStore(e.newStore(e.t), submissions.WithLogger(slog.New(l))), l
 }
 
-var bg = context.Background()
+var (
+	bg    = context.Background()
+	quiet = slog.New(slog.DiscardHandler)
+)
 
 // rules has a test for every rule of the ledger, and for the corners of each.
 var rules = []test{
@@ -89,6 +92,10 @@ var rules = []test{
 	{"ReleaseOfAnUnknownKeyDoesNothing", testReleaseOfAnUnknownKeyDoesNothing},
 	{"LateReleaseDoesNotEvictAMovedClaim", testLateReleaseDoesNotEvictAMovedClaim},
 	{"Reads", testReads},
+	{"OutcomeNotRecordedWhenTheStoreFails", testOutcomeNotRecordedWhenTheStoreFails},
+	{"OutcomeNotRecordedWhenReleasedMeanwhile", testOutcomeNotRecordedWhenReleasedMeanwhile},
+	{"ResolvedMeanwhile", testResolvedMeanwhile},
+	{"MarkComesBeforeTheClaim", testMarkComesBeforeTheClaim},
 }
 
 // concurrency proves that the rules hold under any interleaving.

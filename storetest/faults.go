@@ -1,0 +1,165 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/idemledger/submissions"
+)
+
+// hooked wraps a store with hooks run before its calls; a ledger runs it as
+// it runs any Store.
+type hooked struct {
+	submissions.Store[Withdrawal]
+	beforeClaim, beforeRelease func()
+	settleErr                  error // returned by Settle instead of settling
+}
+
+func (h *hooked) Claim(ctx context.Context, key string, fp submissions.Fingerprint, outcome *Withdrawal) (submissions.Record[Withdrawal], bool, error) {
+	if h.beforeClaim != nil {
+		h.beforeClaim()
+	}
+	return h.Store.Claim(ctx, key, fp, outcome)
+}
+
+func (h *hooked) Settle(ctx context.Context, key string, fp submissions.Fingerprint, outcome Withdrawal) (submissions.Record[Withdrawal], bool, error) {
+	if h.settleErr != nil {
+		return submissions.Record[Withdrawal]{}, false, h.settleErr
+	}
+	return h.Store.Settle(ctx, key, fp, outcome)
+}
+
+func (h *hooked) Release(ctx context.Context, key string) (submissions.Record[Withdrawal], bool, error) {
+	if h.beforeRelease != nil {
+		h.beforeRelease()
+	}
+	return h.Store.Release(ctx, key)
+}
+
+// store returns a new store and a ledger on it, with its logs.
+func (e env) store() (submissions.Store[Withdrawal], *submissions.Submissions[Withdrawal]) {
+	st := e.newStore(e.t)
+	return st, submissions.NewWithStore(st, submissions.WithLogger(quiet))
+}
+
+func testOutcomeNotRecordedWhenTheStoreFails(t *testing.T, e env) {
+	st := e.newStore(t)
+	lost := errors.New("connection lost")
+	s := submissions.NewWithStore[Withdrawal](&hooked{Store: st, settleErr: lost}, submissions.WithLogger(quiet))
+	r := &rail{}
+	w := newWithdrawal("w-1")
+	out, err := s.Submit(bg, "req-1", w, r.send)
+	wantErr(t, err, submissions.ErrOutcomeNotRecorded)
+	wantErr(t, err, lost)
+	if want := w.sent("0xtx-w-1"); out != want {
+		t.Fatalf("Submit: got %+v; want the rail's answer %+v", out, want)
+	}
+	// The key stays in flight, for this instance and any other.
+	other := submissions.NewWithStore[Withdrawal](st, submissions.WithLogger(quiet))
+	wantKeptClaim(t, other, &rail{}, "req-1", w)
+	if err := other.Resolve(bg, "req-1", out); err != nil {
+		t.Fatalf("Resolve with the answer that came back: %v", err)
+	}
+	wantOutcome(t, other, "req-1", out, true)
+	r.wantCalls(t, 1)
+}
+
+func testOutcomeNotRecordedWhenReleasedMeanwhile(t *testing.T, e env) {
+	st, s := e.store()
+	r := &rail{}
+	w := newWithdrawal("w-1")
+	out, err := s.Submit(bg, "req-1", w, func(ctx context.Context, req Withdrawal) (Withdrawal, error) {
+		// Another instance's operator releases the key under the send.
+		if _, released, err := st.Release(ctx, "req-1"); err != nil || !released {
+			t.Errorf("Release through the store: got %v, %v; want released", released, err)
+		}
+		return r.send(ctx, req)
+	})
+	wantErr(t, err, submissions.ErrOutcomeNotRecorded)
+	if want := w.sent("0xtx-w-1"); out != want {
+		t.Fatalf("Submit: got %+v; want the rail's answer %+v", out, want)
+	}
+	wantOutcome(t, s, "req-1", Withdrawal{}, false)
+	wantHolder(t, s, "w-1", "")
+}
+
+func testResolvedMeanwhile(t *testing.T, e env) {
+	for _, agree := range []bool{true, false} {
+		st, s := e.store()
+		w := newWithdrawal("w-1")
+		resolved := w.sent("0xfound")
+		out, err := s.Submit(bg, "req-1", w, func(ctx context.Context, req Withdrawal) (Withdrawal, error) {
+			// Another instance's operator resolves the key under the send.
+			rec, _, err := st.Lookup(ctx, "req-1")
+			if err != nil {
+				t.Error(err)
+			}
+			if _, settled, err := st.Settle(ctx, "req-1", rec.Fingerprint, resolved); err != nil || !settled {
+				t.Errorf("Settle through the store: got %v, %v; want settled", settled, err)
+			}
+			if agree {
+				return resolved, nil
+			}
+			return req.sent("0xrail"), nil
+		})
+		if agree {
+			if err != nil || out != resolved {
+				t.Fatalf("Submit, the same outcome resolved meanwhile: got %+v, %v; want %+v, nil", out, err, resolved)
+			}
+		} else {
+			wantErr(t, err, submissions.ErrOutcomeNotRecorded)
+			wantErr(t, err, submissions.ErrIdempotencyConflict)
+			if want := w.sent("0xrail"); out != want {
+				t.Fatalf("Submit: got %+v; want the rail's answer %+v", out, want)
+			}
+		}
+		wantOutcome(t, s, "req-1", resolved, true) // the resolved outcome stands
+	}
+}
+
+// testMarkComesBeforeTheClaim: while a Submit is claiming a key, a Release
+// or Resolve of that key by the same ledger is refused; while a Release of a
+// key runs, a Submit of it is refused. Neither can slip between a claim and
+// its send.
+func testMarkComesBeforeTheClaim(t *testing.T, e env) {
+	st := e.newStore(t)
+	claiming, proceed := make(chan struct{}), make(chan struct{})
+	h := &hooked{Store: st, beforeClaim: func() { close(claiming); <-proceed }}
+	s := submissions.NewWithStore[Withdrawal](h, submissions.WithLogger(quiet))
+	r := &rail{}
+	w := newWithdrawal("w-1")
+	done := make(chan error)
+	go func() {
+		_, err := s.Submit(bg, "req-1", w, r.send)
+		done <- err
+	}()
+	<-claiming
+	wantErr(t, s.Release(bg, "req-1"), submissions.ErrSubmissionInFlight)
+	wantErr(t, s.Resolve(bg, "req-1", w.sent("0xguess")), submissions.ErrSubmissionInFlight)
+	close(proceed)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	r.wantCalls(t, 1)
+	wantOutcome(t, s, "req-1", w.sent("0xtx-w-1"), true)
+
+	// And the other way round.
+	st = e.newStore(t)
+	releasing, proceed := make(chan struct{}), make(chan struct{})
+	h = &hooked{Store: st, beforeRelease: func() { close(releasing); <-proceed }}
+	s = submissions.NewWithStore[Withdrawal](h, submissions.WithLogger(quiet))
+	strand(t, s, "req-1", w)
+	go func() { done <- s.Release(bg, "req-1") }()
+	<-releasing
+	_, err := s.Submit(bg, "req-1", w, r.send)
+	wantErr(t, err, submissions.ErrSubmissionInFlight)
+	close(proceed)
+	if err := <-done; err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if _, err := s.Submit(bg, "req-1", w, r.send); err != nil {
+		t.Fatalf("Submit after the release: %v", err)
+	}
+	r.wantCalls(t, 2)
+}
