@@ -27,9 +27,9 @@ var (
 
 	// ErrOutcomeNotRecorded is returned, with the outcome send returned, when
 	// that outcome was not recorded: the caller's context had ended, the
-	// store failed (a lost connection, a database down), or, through another
-	// instance, the key was released or resolved with another outcome while
-	// its send ran. The money may have moved. Unless it was released or
+	// store failed (a lost connection, a database down), or while its send
+	// ran the key was released through another instance or resolved with
+	// another outcome, which stands. The money may have moved. Unless it was released or
 	// resolved, the key stays in flight: resolve it with the outcome that
 	// came with this error.
 	ErrOutcomeNotRecorded = errors.New("outcome not recorded")

@@ -25,12 +25,12 @@ type backend[R Fingerprinter] interface {
 	// key as being sent in the same step, so that no release can come between,
 	// and returns the ticket that settles the claim.
 	claim(ctx context.Context, key string, fp Fingerprint, outcome *R) (Record[R], ticket[R], bool, error)
-	// hold makes way for a Resolve or Release of key, refused with errSending
-	// while the key is marked as being sent; the caller calls done when it
-	// has finished.
-	hold(key string) (done func(), err error)
-	// settle is Store.Settle, for Resolve, refused with errSending while the
-	// key is marked as being sent.
+	// hold makes way for a Resolve or a Release of key: while it holds, this
+	// ledger claims no key of that name to send it. A Release is refused with
+	// errSending while the key is marked as being sent. The caller calls done
+	// when it has finished.
+	hold(key string, release bool) (done func(), err error)
+	// settle is Store.Settle, for Resolve.
 	settle(ctx context.Context, key string, fp Fingerprint, outcome R) (Record[R], bool, error)
 	// release is Store.Release, refused with errSending while key is marked.
 	release(ctx context.Context, key string) (Record[R], bool, error)
@@ -165,16 +165,15 @@ func (r *record[R]) abandon() {
 
 // Settle implements Store.
 func (m *memStore[R]) Settle(ctx context.Context, key string, fp Fingerprint, outcome R) (Record[R], bool, error) {
-	return m.fix(key, fp, outcome, false)
+	return m.fix(key, fp, outcome)
 }
 
-func (m *memStore[R]) settle(_ context.Context, key string, fp Fingerprint, outcome R) (Record[R], bool, error) {
-	return m.fix(key, fp, outcome, true)
+func (m *memStore[R]) settle(ctx context.Context, key string, fp Fingerprint, outcome R) (Record[R], bool, error) {
+	return m.Settle(ctx, key, fp, outcome)
 }
 
-// fix records outcome for key's record for fp while it has none, and if
-// guard, not while it is marked as being sent.
-func (m *memStore[R]) fix(key string, fp Fingerprint, outcome R, guard bool) (Record[R], bool, error) {
+// fix records outcome for key's record for fp while it has none.
+func (m *memStore[R]) fix(key string, fp Fingerprint, outcome R) (Record[R], bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	rec, ok := m.records[key]
@@ -183,8 +182,6 @@ func (m *memStore[R]) fix(key string, fp Fingerprint, outcome R, guard bool) (Re
 		return Record[R]{}, false, nil
 	case rec.done:
 		return rec.snapshot(), false, nil
-	case guard && rec.sending:
-		return Record[R]{}, false, errSending
 	}
 	rec.outcome, rec.done = outcome, true
 	return rec.snapshot(), true, nil
@@ -192,7 +189,7 @@ func (m *memStore[R]) fix(key string, fp Fingerprint, outcome R, guard bool) (Re
 
 // hold has nothing to do: the memory store checks its marks in the same step
 // as each change.
-func (m *memStore[R]) hold(string) (func(), error) { return func() {}, nil }
+func (m *memStore[R]) hold(string, bool) (func(), error) { return func() {}, nil }
 
 // Release implements Store.
 func (m *memStore[R]) Release(ctx context.Context, key string) (Record[R], bool, error) {
@@ -250,8 +247,9 @@ func (m *memStore[R]) claimedBy(_ context.Context, withdrawalID string) (string,
 
 // guarded runs a ledger on any Store: it checks identities before claiming,
 // and keeps the marks of rule 14 itself, with what it needs to keep them
-// exact: while it sends a key it neither releases nor resolves it, and while
-// it releases or resolves a key it does not claim it. The store's calls run
+// exact: while it sends a key it does not release it, and while it releases
+// or resolves a key it does not claim it, so that nothing it resolves or
+// releases is a claim made meanwhile. The store's calls run
 // outside g.mu, so a slow one holds up only its own key.
 type guarded[R Fingerprinter] struct {
 	store Store[R]
@@ -266,16 +264,17 @@ type keyUse struct {
 	fixes int // releases and resolves running
 }
 
-// enter counts a use of key, unless one that excludes it runs: a send
-// excludes fixes (errSending), a fix excludes sends (errBusy).
-func (g *guarded[R]) enter(key string, send bool) error {
+// enter counts a use of key, unless one that excludes it runs: a release or
+// resolve excludes sends (errBusy), and a send excludes releases
+// (errSending).
+func (g *guarded[R]) enter(key string, send, release bool) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	u := g.busy[key]
 	switch {
 	case send && u.fixes > 0:
 		return errBusy
-	case !send && u.sends > 0:
+	case release && u.sends > 0:
 		return errSending
 	case send:
 		u.sends++
@@ -311,7 +310,7 @@ func (g *guarded[R]) claim(ctx context.Context, key string, fp Fingerprint, outc
 		return Record[R]{}, nil, false, err
 	}
 	if outcome == nil {
-		if err := g.enter(key, true); err != nil {
+		if err := g.enter(key, true, false); err != nil {
 			return Record[R]{}, nil, false, err
 		}
 		defer func() {
@@ -349,8 +348,8 @@ func (t *guardTicket[R]) settle(ctx context.Context, outcome R) (*Record[R], err
 
 func (t *guardTicket[R]) abandon() { t.g.leave(t.key, true) }
 
-func (g *guarded[R]) hold(key string) (func(), error) {
-	if err := g.enter(key, false); err != nil {
+func (g *guarded[R]) hold(key string, release bool) (func(), error) {
+	if err := g.enter(key, false, release); err != nil {
 		return nil, err
 	}
 	return func() { g.leave(key, false) }, nil

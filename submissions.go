@@ -224,10 +224,10 @@ func (s *Submissions[R]) send(ctx context.Context, t ticket[R], key string, fp F
 // ctx, then the outcome's fingerprint (ErrInvalidFingerprint).
 //
 // For an in-flight key, the outcome's fingerprint must match the request's
-// (ErrIdempotencyConflict otherwise), and it is recorded. While this ledger is
-// still running the key's send, Resolve is refused with ErrSubmissionInFlight:
-// the rail's own answer is on its way and is better evidence. For a key that
-// has an outcome, the same outcome again is accepted and a different one is an
+// (ErrIdempotencyConflict otherwise), and it is recorded, even while this
+// ledger is still running the key's send: when that send returns an outcome
+// that is not the same, Submit returns it with ErrOutcomeNotRecorded and the
+// resolved one stands. For a key that has an outcome, the same outcome again is accepted and a different one is an
 // ErrIdempotencyConflict. For an unknown key, the withdrawal's claim is checked
 // first, exactly as Submit checks it: if another key holds it, Resolve returns
 // a *ConflictError naming the holder and records nothing; otherwise the key is
@@ -251,9 +251,9 @@ func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) err
 		return err
 	}
 	be := s.backend()
-	done, err := be.hold(key)
+	done, err := be.hold(key, false)
 	if err != nil {
-		return inFlight(key, "is being sent by this ledger; resolve it once its send has returned")
+		return err
 	}
 	defer done()
 	rec, _, claimed, err := be.claim(ctx, key, fp, &outcome)
@@ -269,11 +269,7 @@ func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) err
 	}
 	if !rec.Done {
 		var recorded bool
-		rec, recorded, err = be.settle(ctx, key, fp, outcome)
-		switch {
-		case errors.Is(err, errSending):
-			return inFlight(key, "is being sent by this ledger; resolve it once its send has returned")
-		case err != nil:
+		if rec, recorded, err = be.settle(ctx, key, fp, outcome); err != nil {
 			return err
 		}
 		if recorded {
@@ -304,7 +300,7 @@ func (s *Submissions[R]) Release(ctx context.Context, key string) error {
 		return err
 	}
 	be := s.backend()
-	done, err := be.hold(key)
+	done, err := be.hold(key, true)
 	if err != nil {
 		return inFlight(key, "is still being sent by this ledger and cannot be released")
 	}

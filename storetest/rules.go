@@ -584,17 +584,35 @@ func testResolveOfASentKey(t *testing.T, e env) {
 
 // receipt's unexported field is not part of its encoding/json encoding.
 // unencodable cannot be encoded by encoding/json.
-func testResolveIsRefusedWhileTheSendRuns(t *testing.T, e env) {
-	s, _ := e.ledger()
-	w := newWithdrawal("w-1")
-	out, err := s.Submit(bg, "req-1", w, func(_ context.Context, req Withdrawal) (Withdrawal, error) {
-		wantErr(t, s.Resolve(bg, "req-1", req.sent("0xguess")), submissions.ErrSubmissionInFlight)
-		return req.sent("0xrail"), nil
-	})
-	if err != nil || out != w.sent("0xrail") {
-		t.Fatalf("Submit: got %+v, %v; want the rail's outcome", out, err)
+// testResolveDuringTheSend: an operator may resolve a key while this ledger
+// still runs its send; the resolved outcome stands, and a rail that answers
+// otherwise has its answer returned, unrecorded, with the error.
+func testResolveDuringTheSend(t *testing.T, e env) {
+	for _, agree := range []bool{true, false} {
+		s, _ := e.ledger()
+		w := newWithdrawal("w-1")
+		resolved := w.sent("0xfound")
+		out, err := s.Submit(bg, "req-1", w, func(_ context.Context, req Withdrawal) (Withdrawal, error) {
+			if err := s.Resolve(bg, "req-1", resolved); err != nil {
+				t.Errorf("Resolve during the send: %v", err)
+			}
+			if agree {
+				return resolved, nil
+			}
+			return req.sent("0xrail"), nil
+		})
+		switch {
+		case agree && (err != nil || out != resolved):
+			t.Fatalf("Submit, the rail agreeing: got %+v, %v; want %+v, nil", out, err, resolved)
+		case !agree:
+			wantErr(t, err, submissions.ErrOutcomeNotRecorded)
+			wantErr(t, err, submissions.ErrIdempotencyConflict)
+			if want := w.sent("0xrail"); out != want {
+				t.Fatalf("Submit, the rail disagreeing: got %+v; want its answer %+v", out, want)
+			}
+		}
+		wantOutcome(t, s, "req-1", resolved, true)
 	}
-	wantOutcome(t, s, "req-1", w.sent("0xrail"), true)
 }
 
 // Rule 13: Resolve under an unknown key goes through the claim check first.

@@ -83,7 +83,7 @@ var rules = []test{
 	{"ResolveClosesAnInFlightKey", testResolveClosesAnInFlightKey},
 	{"ResolveOfAnotherWithdrawalOnAnInFlightKeyIsRefused", testResolveOfAnotherWithdrawalOnAnInFlightKeyIsRefused},
 	{"ResolveOfASentKey", testResolveOfASentKey},
-	{"ResolveIsRefusedWhileTheSendRuns", testResolveIsRefusedWhileTheSendRuns},
+	{"ResolveDuringTheSend", testResolveDuringTheSend},
 	{"ResolveUnderAFreshKey", testResolveUnderAFreshKey},
 	{"ReleaseFreesTheKeyAndTheWithdrawal", testReleaseFreesTheKeyAndTheWithdrawal},
 	{"ReleasedKeyMaySendAgain", testReleasedKeyMaySendAgain},
