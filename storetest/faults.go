@@ -84,6 +84,33 @@ func testOutcomeNotRecordedWhenReleasedMeanwhile(t *testing.T, e env) {
 	wantHolder(t, s, "w-1", "")
 }
 
+// testOutcomeNotRecordedOnAnotherClaim: the key is released and claimed
+// again for another withdrawal while the first send runs; the first send's
+// outcome must not land on the second claim.
+func testOutcomeNotRecordedOnAnotherClaim(t *testing.T, e env) {
+	st, s := e.store()
+	r := &rail{}
+	w, other := newWithdrawal("w-1"), newWithdrawal("w-2")
+	otherFP := submissions.Fingerprint{WithdrawalID: "w-2", Amount: "25", Currency: "USDC", Destination: "0xabc"}
+	out, err := s.Submit(bg, "req-1", w, func(ctx context.Context, req Withdrawal) (Withdrawal, error) {
+		if _, released, err := st.Release(ctx, "req-1"); err != nil || !released {
+			t.Errorf("Release through the store: got %v, %v; want released", released, err)
+		}
+		if _, claimed, err := st.Claim(ctx, "req-1", otherFP, nil); err != nil || !claimed {
+			t.Errorf("Claim of the key for %s through the store: got %v, %v; want claimed", other.ID, claimed, err)
+		}
+		return r.send(ctx, req)
+	})
+	wantErr(t, err, submissions.ErrOutcomeNotRecorded)
+	if want := w.sent("0xtx-w-1"); out != want {
+		t.Fatalf("Submit: got %+v; want the rail's answer %+v", out, want)
+	}
+	rec, ok, err := st.Lookup(bg, "req-1")
+	if err != nil || !ok || rec.Done || rec.Fingerprint != otherFP {
+		t.Fatalf("the second claim: got %+v, %v, %v; want it for %s, in flight", rec, ok, err, other.ID)
+	}
+}
+
 func testResolvedMeanwhile(t *testing.T, e env) {
 	for _, agree := range []bool{true, false} {
 		st, s := e.store()

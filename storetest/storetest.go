@@ -94,6 +94,7 @@ var rules = []test{
 	{"Reads", testReads},
 	{"OutcomeNotRecordedWhenTheStoreFails", testOutcomeNotRecordedWhenTheStoreFails},
 	{"OutcomeNotRecordedWhenReleasedMeanwhile", testOutcomeNotRecordedWhenReleasedMeanwhile},
+	{"OutcomeNotRecordedOnAnotherClaim", testOutcomeNotRecordedOnAnotherClaim},
 	{"ResolvedMeanwhile", testResolvedMeanwhile},
 	{"MarkComesBeforeTheClaim", testMarkComesBeforeTheClaim},
 }
