@@ -248,7 +248,21 @@ func TestAKeySeenBeforeIsClaimedAgainOnceReleased(t *testing.T) {
 	if got := count.n.Load() - before; got != 3 {
 		t.Errorf("statements: got %d; want 3 (a read that misses, the claim, the outcome)", got)
 	}
-	if n := sends.Load(); n != 2 {
-		t.Fatalf("sends: got %d; want 2 (the failed one, then one after the release)", n)
+	// Released here, the key's next submit is a fresh one: two statements.
+	if _, err := here.Submit(bg, "req-2", newW("w-2"), failing); err == nil {
+		t.Fatal("Submit with a failing send: got nil error")
+	}
+	if err := here.Release(bg, "req-2"); err != nil {
+		t.Fatal(err)
+	}
+	before = count.n.Load()
+	if _, err := here.Submit(bg, "req-2", newW("w-2"), func(_ context.Context, x w) (w, error) { return sent(x, "0xtx"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got := count.n.Load() - before; got != 2 {
+		t.Errorf("statements after a release here: got %d; want 2", got)
+	}
+	if n := sends.Load(); n != 3 {
+		t.Fatalf("sends: got %d; want 3 (a failed one and one after each release)", n)
 	}
 }

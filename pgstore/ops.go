@@ -22,11 +22,13 @@ const attempts = 3
 // constraint means another key holds the withdrawal, reported as a
 // *submissions.ConflictError naming it.
 //
-// A key this Store has claimed or found before is most likely there still: a
-// retry. For such a key Claim reads the row first, a plain SELECT that costs
-// the database less than the claim statement, and claims only if the row has
-// gone (released meanwhile). What it returns is what the claim statement would
-// have returned; the hint only chooses which statement to try first.
+// A key this Store has claimed or found before, and not released since, is
+// most likely there still: a retry. For such a key Claim reads the row first,
+// a plain SELECT that costs the database less than the claim statement, and
+// claims only if the row has gone (released through another Store meanwhile,
+// the one case where a fresh submit takes three round trips). What it returns
+// is what the claim statement would have returned; the hint only chooses which
+// statement to try first.
 func (s *Store[R]) Claim(ctx context.Context, key string, fp submissions.Fingerprint, outcome *R) (submissions.Record[R], bool, error) {
 	if outcome == nil && s.recent.has(key) {
 		if rec, ok, err := s.Lookup(ctx, key); err != nil || ok {
@@ -138,6 +140,7 @@ func (s *Store[R]) Release(ctx context.Context, key string) (submissions.Record[
 	err := s.pool.QueryRow(ctx, s.sql.release, key).Scan(&fp.WithdrawalID, &fp.Amount, &fp.Currency, &fp.Destination)
 	switch {
 	case err == nil:
+		s.recent.forget(key) // its next claim is most likely a fresh one
 		return submissions.Record[R]{Fingerprint: fp}, true, nil
 	case !errors.Is(err, pgx.ErrNoRows):
 		return submissions.Record[R]{}, false, s.translate(err)
@@ -190,6 +193,13 @@ func (r *recentKeys) has(key string) bool {
 	_, inNew := r.new[key]
 	_, inOld := r.old[key]
 	return inNew || inOld
+}
+
+func (r *recentKeys) forget(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.new, key)
+	delete(r.old, key)
 }
 
 func (r *recentKeys) add(key string) {
