@@ -1,0 +1,175 @@
+package verify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"pgregory.net/rapid"
+
+	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/pgstore"
+)
+
+var (
+	bg      = context.Background()
+	quiet   = submissions.WithLogger(slog.New(slog.DiscardHandler))
+	errRail = errors.New("rail timed out")
+)
+
+// The small worlds the checks draw from: few keys and withdrawals, so that
+// operations meet; amounts and currencies spelled several ways.
+var (
+	keys     = []string{"k1", "k2", "k3", "k4"}
+	ids      = []string{"w1", "w2", "w3"}
+	amounts  = []string{"25.00", "25", "025.0", "26"}
+	currency = []string{"USDC", "usdc", "EUR"}
+	dests    = []string{"d1", "d2"}
+	txs      = []string{"", "tx-a", "tx-b"}
+)
+
+func drawW(t *rapid.T) W {
+	return W{
+		ID:       rapid.SampledFrom(ids).Draw(t, "id"),
+		Amount:   rapid.SampledFrom(amounts).Draw(t, "amount"),
+		Currency: rapid.SampledFrom(currency).Draw(t, "currency"),
+		Dest:     rapid.SampledFrom(dests).Draw(t, "dest"),
+	}
+}
+
+func drawOp(t *rapid.T) Op {
+	op := Op{Kind: Kind(rapid.IntRange(0, 4).Draw(t, "kind")), Key: rapid.SampledFrom(keys).Draw(t, "key"), W: drawW(t)}
+	switch op.Kind {
+	case Submit:
+		op.Send = Send(rapid.IntRange(0, 4).Draw(t, "send"))
+	case Resolve:
+		op.W.TxHash = rapid.SampledFrom(txs).Draw(t, "tx")
+	}
+	return op
+}
+
+// apply runs op on a real ledger and says what came back, as Model says it.
+func apply(s *submissions.Submissions[W], op Op) (res Result) {
+	defer func() {
+		if p := recover(); p != nil {
+			if p != "rail bug" {
+				panic(p)
+			}
+			res = Result{Err: SendPanicked}
+		}
+	}()
+	var err error
+	switch op.Kind {
+	case Submit:
+		var send func(context.Context, W) (W, error)
+		switch op.Send {
+		case SendOK:
+			send = func(_ context.Context, w W) (W, error) { return Sent(w, op.Key), nil }
+		case SendFail:
+			send = func(context.Context, W) (W, error) { return W{}, errRail }
+		case SendPanic:
+			send = func(context.Context, W) (W, error) { panic("rail bug") }
+		case SendWrong:
+			send = func(_ context.Context, w W) (W, error) { w.ID += "x"; return w, nil }
+		}
+		res.Outcome, err = s.Submit(bg, op.Key, op.W, send)
+	case Resolve:
+		err = s.Resolve(bg, op.Key, op.W)
+	case Release:
+		err = s.Release(bg, op.Key)
+	case Outcome:
+		res.Outcome, res.OK, err = s.Outcome(bg, op.Key)
+	case ClaimedBy:
+		res.Holder, res.OK, err = s.ClaimedBy(bg, op.W.ID)
+	}
+	var conflict *submissions.ConflictError
+	switch {
+	case err == nil:
+	case errors.As(err, &conflict):
+		res.Err, res.Holder = Conflict, conflict.Holder
+	case errors.Is(err, submissions.ErrIdempotencyConflict):
+		res.Err = Idempotency
+	case errors.Is(err, submissions.ErrSubmissionInFlight):
+		res.Err = InFlight
+	case errors.Is(err, errRail):
+		res.Err = SendFailed
+	default:
+		panic(fmt.Sprintf("unexpected error from %+v: %v", op, err))
+	}
+	if res.Err != None {
+		res.Outcome = W{}
+	}
+	return res
+}
+
+// check runs random sequences of operations on ledgers from newLedger and on
+// the model, and fails at the first result that differs; rapid shrinks the
+// sequence to a minimal one.
+func check(t *testing.T, newLedger func(t *rapid.T) *submissions.Submissions[W]) {
+	rapid.Check(t, func(t *rapid.T) {
+		s, m := newLedger(t), &Model{}
+		for i := range rapid.IntRange(1, 40).Draw(t, "ops") {
+			op := drawOp(t)
+			got, want := apply(s, op), m.Apply(op)
+			if got != want {
+				t.Fatalf("op %d %+v: got %+v; want %+v", i, op, got, want)
+			}
+		}
+		for _, key := range keys { // and the end states agree
+			if got, want := apply(s, Op{Kind: Outcome, Key: key}), m.Apply(Op{Kind: Outcome, Key: key}); got != want {
+				t.Fatalf("Outcome(%s) at the end: got %+v; want %+v", key, got, want)
+			}
+		}
+		for _, id := range ids {
+			op := Op{Kind: ClaimedBy, W: W{ID: id}}
+			if got, want := apply(s, op), m.Apply(op); got != want {
+				t.Fatalf("ClaimedBy(%s) at the end: got %+v; want %+v", id, got, want)
+			}
+		}
+	})
+}
+
+func TestMemoryLedgerFollowsTheModel(t *testing.T) {
+	check(t, func(*rapid.T) *submissions.Submissions[W] { return submissions.New[W](quiet) })
+}
+
+func TestPostgresLedgerFollowsTheModel(t *testing.T) {
+	url := os.Getenv("SUBMISSIONS_TEST_DATABASE_URL")
+	if url == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("SUBMISSIONS_TEST_DATABASE_URL is not set, and CI=true: the PostgreSQL checks must run")
+		}
+		t.Skip("SUBMISSIONS_TEST_DATABASE_URL is not set: skipping the PostgreSQL checks (scripts/test starts a local server when it can)")
+	}
+	pool, err := pgxpool.New(bg, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var n atomic.Int64
+	var tables []string
+	defer func() {
+		for _, table := range tables {
+			if _, err := pool.Exec(bg, "DROP TABLE IF EXISTS "+table); err != nil {
+				t.Errorf("drop %s: %v", table, err)
+			}
+		}
+	}()
+	check(t, func(t *rapid.T) *submissions.Submissions[W] {
+		table := fmt.Sprintf("verify_%d_%d", os.Getpid(), n.Add(1))
+		tables = append(tables, table)
+		st, err := pgstore.New[W](pool, pgstore.WithTable(table))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Migrate(bg); err != nil {
+			t.Fatal(err)
+		}
+		return submissions.NewWithStore[W](st, quiet)
+	})
+}
