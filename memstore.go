@@ -323,7 +323,11 @@ func (g *guarded[R]) claim(ctx context.Context, key string, fp Fingerprint, outc
 	var conflict *ConflictError
 	switch {
 	case err != nil && !errors.As(err, &conflict):
-		return rec, nil, false, fmt.Errorf("request key %s: the store could not claim it, so nothing was sent: %w", key, err)
+		nothing := "sent"
+		if outcome != nil {
+			nothing = "recorded"
+		}
+		return rec, nil, false, fmt.Errorf("request key %s: the store could not claim it, so nothing was %s: %w", key, nothing, err)
 	case err != nil || !claimed || outcome != nil:
 		return rec, nil, claimed, err
 	}

@@ -110,7 +110,8 @@ func (s *Submissions[R]) Submit(ctx context.Context, key string, req R,
 		return zero, err
 	}
 	var t ticket[R]
-	if m, ok := s.backend().(*memStore[R]); ok {
+	be := s.backend()
+	if m, ok := be.(*memStore[R]); ok {
 		// In memory the store decides without copying records, which would
 		// be most of the cost of a replay.
 		rec, claimed, err := m.submit(key, &fp)
@@ -119,11 +120,11 @@ func (s *Submissions[R]) Submit(ctx context.Context, key string, req R,
 			return zero, err
 		case !claimed:
 			s.note(ctx, slog.LevelInfo, "submission replayed", key, fp.WithdrawalID, nil)
-			return rec.outcome, nil
+			return rec.outcome, nil // done, so never written again
 		}
 		t = rec
 	} else {
-		rec, tk, claimed, err := s.be.claim(ctx, key, fp, nil)
+		rec, tk, claimed, err := be.claim(ctx, key, fp, nil)
 		switch {
 		case errors.Is(err, errBusy):
 			return zero, inFlight(key, "is being released or resolved by this ledger")
@@ -141,11 +142,11 @@ func (s *Submissions[R]) Submit(ctx context.Context, key string, req R,
 	return s.send(ctx, t, key, fp, req, send)
 }
 
-// known checks a request for fp against a record its key already has, for
-// recorded with the outcome known when done: another fingerprint is
-// ErrInvalidFingerprint if fp's id or destination is not valid (a claim
-// checks them only before creating a record) and ErrIdempotencyConflict
-// otherwise; the same one without an outcome is ErrSubmissionInFlight.
+// known checks a request for fp against the record its key already has, made
+// for recorded and with its outcome known when done. Another fingerprint is
+// ErrInvalidFingerprint if fp's id or destination is not valid (a claim checks
+// them only before creating a record), and ErrIdempotencyConflict otherwise;
+// the same one without an outcome is ErrSubmissionInFlight.
 func known(key string, fp, recorded *Fingerprint, done bool) error {
 	switch {
 	case *recorded != *fp:
@@ -227,11 +228,13 @@ func (s *Submissions[R]) send(ctx context.Context, t ticket[R], key string, fp F
 // (ErrIdempotencyConflict otherwise), and it is recorded, even while this
 // ledger is still running the key's send: when that send returns an outcome
 // that is not the same, Submit returns it with ErrOutcomeNotRecorded and the
-// resolved one stands. For a key that has an outcome, the same outcome again is accepted and a different one is an
-// ErrIdempotencyConflict. For an unknown key, the withdrawal's claim is checked
-// first, exactly as Submit checks it: if another key holds it, Resolve returns
-// a *ConflictError naming the holder and records nothing; otherwise the key is
-// recorded with the outcome and claims the withdrawal.
+// resolved one stands. For a key that has an outcome, the same outcome again
+// is accepted and a different one is an ErrIdempotencyConflict. For an unknown
+// key, the withdrawal's claim is checked first, exactly as Submit checks it:
+// if another key holds it, Resolve returns a *ConflictError naming the holder
+// and records nothing; otherwise the key is recorded with the outcome and
+// claims the withdrawal. A Resolve that races a Release of the same key may
+// find it gone, record nothing, and return ErrSubmissionInFlight.
 //
 // Two outcomes are the same when their encoding/json encodings are equal byte
 // for byte. An outcome that encoding/json cannot encode is never the same as
