@@ -7,13 +7,9 @@ import (
 	"sync"
 )
 
-// errSending is what a backend's release and settle return while the ledger
-// is running the key's send; errBusy is what its claim returns while the
-// ledger is releasing or resolving the key.
-var (
-	errSending = errors.New("send running")
-	errBusy    = errors.New("release or resolve running")
-)
+// errSending is what a backend refuses a release with while the ledger is
+// running the key's send.
+var errSending = errors.New("send running")
 
 // backend is what a ledger runs on: a Store, plus the guard of rule 14 (which
 // keys this ledger is sending), plus the order of its checks. memStore is one
@@ -247,76 +243,68 @@ func (m *memStore[R]) claimedBy(_ context.Context, withdrawalID string) (string,
 
 // guarded runs a ledger on any Store: it checks identities before claiming,
 // and keeps the marks of rule 14 itself, with what it needs to keep them
-// exact: while it sends a key it does not release it, and while it releases
-// or resolves a key it does not claim it, so that nothing it resolves or
-// releases is a claim made meanwhile. The store's calls run
+// exact. A claim waits while this ledger releases or resolves the key, and a
+// release waits while it claims the key, then is refused while it sends it:
+// so nothing it releases or resolves is a claim made meanwhile, and no claim
+// slips between a release's check and its delete. The store's calls run
 // outside g.mu, so a slow one holds up only its own key.
 type guarded[R Fingerprinter] struct {
 	store Store[R]
 
-	mu   sync.Mutex        // protects busy
-	busy map[string]keyUse // keys this ledger is sending, releasing or resolving
+	mu      sync.Mutex        // protects busy
+	changed sync.Cond         // on mu: a use of some key ended
+	busy    map[string]keyUse // keys this ledger is claiming, sending, releasing or resolving
 }
 
 // keyUse counts what a ledger is doing with a key.
 type keyUse struct {
-	sends int // sends running, or about to: claims made or being made
-	fixes int // releases and resolves running
+	claims int // Store.Claim calls running for a send
+	sends  int // claimed sends running
+	fixes  int // releases and resolves running
 }
 
-// enter counts a use of key, unless one that excludes it runs: a release or
-// resolve excludes sends (errBusy), and a send excludes releases
-// (errSending).
-func (g *guarded[R]) enter(key string, send, release bool) error {
+// use changes key's counts by f under g.mu, once wait(counts) is false.
+func (g *guarded[R]) use(key string, wait func(keyUse) bool, f func(*keyUse) error) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	u := g.busy[key]
-	switch {
-	case send && u.fixes > 0:
-		return errBusy
-	case release && u.sends > 0:
-		return errSending
-	case send:
-		u.sends++
-	default:
-		u.fixes++
+	if g.changed.L == nil {
+		g.changed.L = &g.mu
 	}
-	g.busy[key] = u
-	return nil
-}
-
-// leave ends a use of key that enter counted.
-func (g *guarded[R]) leave(key string, send bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	for wait != nil && wait(g.busy[key]) {
+		g.changed.Wait()
+	}
 	u := g.busy[key]
-	if send {
-		u.sends--
-	} else {
-		u.fixes--
+	if err := f(&u); err != nil {
+		return err
 	}
 	if u == (keyUse{}) {
 		delete(g.busy, key)
 	} else {
 		g.busy[key] = u
 	}
+	g.changed.Broadcast()
+	return nil
 }
 
-// claim marks an in-flight claim before asking the store, so that a release
-// or resolve of the key by this ledger either sees the mark or has finished
-// before the claim is made.
+func fixing(u keyUse) bool   { return u.fixes > 0 }
+func claiming(u keyUse) bool { return u.claims > 0 }
+
+// claim counts an in-flight claim before asking the store, and turns it into
+// a send when the store claims.
 func (g *guarded[R]) claim(ctx context.Context, key string, fp Fingerprint, outcome *R) (rec Record[R], t ticket[R], claimed bool, err error) {
 	if err := checkIdentity(&fp); err != nil {
 		return Record[R]{}, nil, false, err
 	}
 	if outcome == nil {
-		if err := g.enter(key, true, false); err != nil {
-			return Record[R]{}, nil, false, err
-		}
-		defer func() {
-			if t == nil { // not claimed, failed, or the store panicked
-				g.leave(key, true)
-			}
+		g.use(key, fixing, func(u *keyUse) error { u.claims++; return nil })
+		defer func() { // also when the store panics
+			g.use(key, nil, func(u *keyUse) error {
+				u.claims--
+				if t != nil {
+					u.sends++
+				}
+				return nil
+			})
 		}()
 	}
 	rec, claimed, err = g.store.Claim(ctx, key, fp, outcome)
@@ -342,7 +330,7 @@ type guardTicket[R Fingerprinter] struct {
 }
 
 func (t *guardTicket[R]) settle(ctx context.Context, outcome R) (*Record[R], error) {
-	defer t.g.leave(t.key, true)
+	defer t.abandon()
 	rec, recorded, err := t.g.store.Settle(ctx, t.key, t.fp, outcome)
 	if recorded || err != nil {
 		return nil, err
@@ -350,13 +338,26 @@ func (t *guardTicket[R]) settle(ctx context.Context, outcome R) (*Record[R], err
 	return &rec, nil
 }
 
-func (t *guardTicket[R]) abandon() { t.g.leave(t.key, true) }
+func (t *guardTicket[R]) abandon() {
+	t.g.use(t.key, nil, func(u *keyUse) error { u.sends--; return nil })
+}
 
 func (g *guarded[R]) hold(key string, release bool) (func(), error) {
-	if err := g.enter(key, false, release); err != nil {
+	var wait func(keyUse) bool
+	if release {
+		wait = claiming
+	}
+	err := g.use(key, wait, func(u *keyUse) error {
+		if release && u.sends > 0 {
+			return errSending
+		}
+		u.fixes++
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
-	return func() { g.leave(key, false) }, nil
+	return func() { g.use(key, nil, func(u *keyUse) error { u.fixes--; return nil }) }, nil
 }
 
 // settle and release run inside hold.

@@ -2,7 +2,7 @@ package submissions
 
 import "log/slog"
 
-// An Option configures a Submissions ledger made by New.
+// An Option configures a Submissions ledger made by New or NewWithStore.
 type Option interface {
 	apply(*options)
 }

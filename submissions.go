@@ -85,7 +85,8 @@ func (s *Submissions[R]) backend() backend[R] {
 // outcome with another fingerprint, the key stays claimed with no outcome,
 // because the money may already be moving: a retry under the same key gets
 // ErrSubmissionInFlight and another key a *ConflictError until Resolve or
-// Release closes it. The returned error wraps send's error, or ctx's; a panic
+// Release closes it. The returned error wraps send's error, or is an
+// ErrIdempotencyConflict for an outcome of another withdrawal; a panic
 // continues with its own value. Each of these is logged at Warn with the key
 // and the withdrawal.
 //
@@ -126,8 +127,6 @@ func (s *Submissions[R]) Submit(ctx context.Context, key string, req R,
 	} else {
 		rec, tk, claimed, err := be.claim(ctx, key, fp, nil)
 		switch {
-		case errors.Is(err, errBusy):
-			return zero, inFlight(key, "is being released or resolved by this ledger")
 		case err != nil:
 			return zero, err
 		case !claimed:

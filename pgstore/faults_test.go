@@ -82,22 +82,25 @@ func backendPID(t *testing.T, pool *pgxpool.Pool) int {
 	return pid
 }
 
-// terminate ends the backend pid and waits until it is gone.
+// terminate ends the backend pid and waits until it is gone. It reports
+// failures with t.Errorf, so that other goroutines may call it.
 func terminate(t *testing.T, admin *pgxpool.Pool, pid int) {
 	t.Helper()
 	if _, err := admin.Exec(bg, "SELECT pg_terminate_backend($1)", pid); err != nil {
-		t.Fatalf("pg_terminate_backend: %v", err)
+		t.Errorf("pg_terminate_backend: %v", err)
+		return
 	}
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		var alive bool
 		if err := admin.QueryRow(bg, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)", pid).Scan(&alive); err != nil {
-			t.Fatal(err)
+			t.Errorf("pg_stat_activity: %v", err)
+			return
 		}
 		if !alive {
 			return
 		}
 	}
-	t.Fatalf("backend %d still alive", pid)
+	t.Errorf("backend %d still alive", pid)
 }
 
 // waitForLock waits until backend pid waits on a lock.

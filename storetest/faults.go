@@ -3,7 +3,9 @@ package storetest
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/idemledger/submissions"
 )
@@ -145,25 +147,41 @@ func testResolvedMeanwhile(t *testing.T, e env) {
 	}
 }
 
-// testMarkComesBeforeTheClaim: while a Submit is claiming a key, a Release
-// of that key by the same ledger is refused; while a Release of a key runs, a
-// Submit of it is refused. Neither can slip between a claim and its send.
+// testMarkComesBeforeTheClaim: a Release of a key waits while the same
+// ledger claims the key, and then finds the claim's send running; a Submit of
+// a key waits while the same ledger releases it. Neither can slip between the
+// other's check and its change.
 func testMarkComesBeforeTheClaim(t *testing.T, e env) {
 	st := e.newStore(t)
 	claiming, proceed := make(chan struct{}), make(chan struct{})
-	h := &hooked{Store: st, beforeClaim: func() { close(claiming); <-proceed }}
+	var once sync.Once
+	h := &hooked{Store: st, beforeClaim: func() { once.Do(func() { close(claiming); <-proceed }) }}
 	s := submissions.NewWithStore[Withdrawal](h, submissions.WithLogger(quiet))
 	r := &rail{}
 	w := newWithdrawal("w-1")
-	done := make(chan error)
+	sending, finish := make(chan struct{}), make(chan struct{})
+	submitted := make(chan error)
 	go func() {
-		_, err := s.Submit(bg, "req-1", w, r.send)
-		done <- err
+		_, err := s.Submit(bg, "req-1", w, func(ctx context.Context, req Withdrawal) (Withdrawal, error) {
+			close(sending)
+			<-finish
+			return r.send(ctx, req)
+		})
+		submitted <- err
 	}()
 	<-claiming
-	wantErr(t, s.Release(bg, "req-1"), submissions.ErrSubmissionInFlight)
+	released := make(chan error)
+	go func() { released <- s.Release(bg, "req-1") }()
+	select {
+	case err := <-released:
+		t.Fatalf("Release during the claim: returned %v before the claim was made; want it to wait", err)
+	case <-time.After(20 * time.Millisecond):
+	}
 	close(proceed)
-	if err := <-done; err != nil {
+	<-sending
+	wantErr(t, <-released, submissions.ErrSubmissionInFlight)
+	close(finish)
+	if err := <-submitted; err != nil {
 		t.Fatal(err)
 	}
 	r.wantCalls(t, 1)
@@ -175,16 +193,23 @@ func testMarkComesBeforeTheClaim(t *testing.T, e env) {
 	h = &hooked{Store: st, beforeRelease: func() { close(releasing); <-proceed }}
 	s = submissions.NewWithStore[Withdrawal](h, submissions.WithLogger(quiet))
 	strand(t, s, "req-1", w)
-	go func() { done <- s.Release(bg, "req-1") }()
+	go func() { released <- s.Release(bg, "req-1") }()
 	<-releasing
-	_, err := s.Submit(bg, "req-1", w, r.send)
-	wantErr(t, err, submissions.ErrSubmissionInFlight)
+	go func() {
+		_, err := s.Submit(bg, "req-1", w, r.send)
+		submitted <- err
+	}()
+	select {
+	case err := <-submitted:
+		t.Fatalf("Submit during the release: returned %v before the release was done; want it to wait", err)
+	case <-time.After(20 * time.Millisecond):
+	}
 	close(proceed)
-	if err := <-done; err != nil {
+	if err := <-released; err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	if _, err := s.Submit(bg, "req-1", w, r.send); err != nil {
-		t.Fatalf("Submit after the release: %v", err)
+	if err := <-submitted; err != nil {
+		t.Fatalf("Submit once the release is done: %v", err)
 	}
 	r.wantCalls(t, 2)
 }

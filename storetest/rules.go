@@ -765,7 +765,8 @@ func testLateReleaseDoesNotEvictAMovedClaim(t *testing.T, e env) {
 		t.Fatal(err)
 	}
 	strand(t, s, "req-2", w)
-	// The operator's second, late release of req-1 must not free req-2's claim.
+	// The operator's second, late release of req-1 must not free req-2's
+	// claim: a release names a key, never the withdrawal.
 	if err := s.Release(bg, "req-1"); err != nil {
 		t.Fatalf("late Release: %v", err)
 	}

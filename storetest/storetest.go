@@ -18,11 +18,13 @@ import (
 	"github.com/idemledger/submissions"
 )
 
-// Factory returns a new, empty store for one test. It may register cleanups
+// Factory returns a new, empty store. A test calls it for every ledger it
+// makes (some make several, and some share one store between two ledgers, as
+// two instances of a service share a database). It may register cleanups
 // with t.
 type Factory func(t *testing.T) submissions.Store[Withdrawal]
 
-// Run runs the suite against the stores newStore makes, one store per test.
+// Run runs the suite against the stores newStore makes.
 func Run(t *testing.T, newStore Factory) {
 	for _, group := range []struct {
 		name  string
