@@ -55,11 +55,11 @@ type memStore[R Fingerprinter] struct {
 // record is what the memory store knows about one request key.
 type record[R Fingerprinter] struct {
 	store   *memStore[R] // the store it is in, so that a record is its own ticket
-	key     string       // its key in store.records, while it is there
 	fp      Fingerprint  // canonical; never changed
 	outcome R            // meaningful only when done; never changed once done
 	done    bool         // the outcome is known
 	sending bool         // a ledger is running the key's send
+	dropped bool         // released: no longer in the store
 }
 
 // NewMemoryStore returns an empty Store that keeps its state in memory, the
@@ -121,7 +121,7 @@ func (m *memStore[R]) take(key string, fp *Fingerprint, outcome *R, mark bool) (
 	if err := checkIdentity(fp); err != nil {
 		return nil, false, err
 	}
-	rec = &record[R]{store: m, key: key, fp: *fp, sending: mark && outcome == nil}
+	rec = &record[R]{store: m, fp: *fp, sending: mark && outcome == nil}
 	if outcome != nil {
 		rec.outcome, rec.done = *outcome, true
 	}
@@ -143,7 +143,7 @@ func (r *record[R]) settle(_ context.Context, outcome R) (*Record[R], error) {
 	defer r.store.mu.Unlock()
 	r.sending = false
 	switch {
-	case r.store.records[r.key] != r: // released through the Store meanwhile
+	case r.dropped: // released through the Store meanwhile
 		return &Record[R]{}, nil
 	case r.done: // resolved through another ledger on this store meanwhile
 		rec := r.snapshot()
@@ -211,6 +211,7 @@ func (m *memStore[R]) drop(key string, guard bool) (Record[R], bool, error) {
 	}
 	delete(m.records, key)
 	m.claims.drop(rec.fp.WithdrawalID, key)
+	rec.dropped = true
 	return rec.snapshot(), true, nil
 }
 
