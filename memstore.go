@@ -264,49 +264,40 @@ type keyUse struct {
 	fixes  int // releases and resolves running
 }
 
-// use changes key's counts by f under g.mu, once wait(counts) is false.
-func (g *guarded[R]) use(key string, wait func(keyUse) bool, f func(*keyUse) error) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.changed.L == nil {
-		g.changed.L = &g.mu
-	}
-	for wait != nil && wait(g.busy[key]) {
-		g.changed.Wait()
-	}
-	u := g.busy[key]
-	if err := f(&u); err != nil {
-		return err
-	}
+// set stores key's counts; the caller holds g.mu.
+func (g *guarded[R]) set(key string, u keyUse) {
 	if u == (keyUse{}) {
 		delete(g.busy, key)
 	} else {
 		g.busy[key] = u
 	}
-	g.changed.Broadcast()
-	return nil
 }
 
-func fixing(u keyUse) bool   { return u.fixes > 0 }
-func claiming(u keyUse) bool { return u.claims > 0 }
+// wait waits on g.changed; the caller holds g.mu.
+func (g *guarded[R]) wait() {
+	if g.changed.L == nil {
+		g.changed.L = &g.mu
+	}
+	g.changed.Wait()
+}
 
-// claim counts an in-flight claim before asking the store, and turns it into
-// a send when the store claims.
+// claim counts an in-flight claim before asking the store, once no release
+// or resolve of the key runs here, and turns it into a send when the store
+// claims.
 func (g *guarded[R]) claim(ctx context.Context, key string, fp Fingerprint, outcome *R) (rec Record[R], t ticket[R], claimed bool, err error) {
 	if err := checkIdentity(&fp); err != nil {
 		return Record[R]{}, nil, false, err
 	}
 	if outcome == nil {
-		g.use(key, fixing, func(u *keyUse) error { u.claims++; return nil })
-		defer func() { // also when the store panics
-			g.use(key, nil, func(u *keyUse) error {
-				u.claims--
-				if t != nil {
-					u.sends++
-				}
-				return nil
-			})
-		}()
+		g.mu.Lock()
+		for g.busy[key].fixes > 0 {
+			g.wait()
+		}
+		u := g.busy[key]
+		u.claims++
+		g.set(key, u)
+		g.mu.Unlock()
+		defer g.claimed(key, &t) // also when the store panics
 	}
 	rec, claimed, err = g.store.Claim(ctx, key, fp, outcome)
 	var conflict *ConflictError
@@ -321,6 +312,20 @@ func (g *guarded[R]) claim(ctx context.Context, key string, fp Fingerprint, outc
 		return rec, nil, claimed, err
 	}
 	return rec, &guardTicket[R]{g: g, key: key, fp: fp}, true, nil
+}
+
+// claimed ends the count of a claim, and starts that of a send if the claim
+// handed out a ticket.
+func (g *guarded[R]) claimed(key string, t *ticket[R]) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	u := g.busy[key]
+	u.claims--
+	if *t != nil {
+		u.sends++
+	}
+	g.set(key, u)
+	g.changed.Broadcast()
 }
 
 // guardTicket settles a claim made through a guarded store.
@@ -340,25 +345,33 @@ func (t *guardTicket[R]) settle(ctx context.Context, outcome R) (*Record[R], err
 }
 
 func (t *guardTicket[R]) abandon() {
-	t.g.use(t.key, nil, func(u *keyUse) error { u.sends--; return nil })
+	t.g.mu.Lock()
+	defer t.g.mu.Unlock()
+	u := t.g.busy[t.key]
+	u.sends--
+	t.g.set(t.key, u)
 }
 
 func (g *guarded[R]) hold(key string, release bool) (func(), error) {
-	var wait func(keyUse) bool
-	if release {
-		wait = claiming
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for release && g.busy[key].claims > 0 {
+		g.wait()
 	}
-	err := g.use(key, wait, func(u *keyUse) error {
-		if release && u.sends > 0 {
-			return errSending
-		}
-		u.fixes++
-		return nil
-	})
-	if err != nil {
-		return nil, err
+	u := g.busy[key]
+	if release && u.sends > 0 {
+		return nil, errSending
 	}
-	return func() { g.use(key, nil, func(u *keyUse) error { u.fixes--; return nil }) }, nil
+	u.fixes++
+	g.set(key, u)
+	return func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		u := g.busy[key]
+		u.fixes--
+		g.set(key, u)
+		g.changed.Broadcast()
+	}, nil
 }
 
 // settle and release run inside hold.
