@@ -304,6 +304,12 @@ func (s *Submissions[R]) Release(ctx context.Context, key string) error {
 	be := s.backend()
 	done, err := be.hold(key, true)
 	if err != nil {
+		// The send may have recorded its outcome already, its Submit not
+		// having returned yet: then the key is refused as any key with an
+		// outcome is.
+		if rec, found, err := be.lookup(ctx, key); err == nil && found && rec.Done {
+			return conflictf("request key %s already produced an outcome and cannot be released", key)
+		}
 		return inFlight(key, "is still being sent by this ledger and cannot be released")
 	}
 	defer done()

@@ -87,19 +87,12 @@ func apply(s *submissions.Submissions[W], op Op) (res Result) {
 	case ClaimedBy:
 		res.Holder, res.OK, err = s.ClaimedBy(bg, op.W.ID)
 	}
-	var conflict *submissions.ConflictError
-	switch {
-	case err == nil:
-	case errors.As(err, &conflict):
-		res.Err, res.Holder = Conflict, conflict.Holder
-	case errors.Is(err, submissions.ErrIdempotencyConflict):
-		res.Err = Idempotency
-	case errors.Is(err, submissions.ErrSubmissionInFlight):
-		res.Err = InFlight
-	case errors.Is(err, errRail):
-		res.Err = SendFailed
-	default:
-		panic(fmt.Sprintf("unexpected error from %+v: %v", op, err))
+	if err != nil {
+		c := classify(err)
+		if c.Err == Unexpected {
+			panic(fmt.Sprintf("unexpected error from %+v: %v", op, err))
+		}
+		res.Err, res.Holder = c.Err, c.Holder
 	}
 	if res.Err != None {
 		res.Outcome = W{}
