@@ -29,9 +29,11 @@ var (
 	// that outcome was not recorded: the caller's context had ended, the
 	// store failed (a lost connection, a database down), or while its send
 	// ran the key was released through another instance or resolved with
-	// another outcome, which stands. The money may have moved. Unless it was released or
-	// resolved, the key stays in flight: resolve it with the outcome that
-	// came with this error.
+	// another outcome, which stands. The money may have moved. Unless it was
+	// released or resolved, the key stays in flight: resolve it with the
+	// outcome that came with this error. A store that failed to answer may
+	// have recorded the outcome all the same; resolving the key with it is
+	// accepted then too.
 	ErrOutcomeNotRecorded = errors.New("outcome not recorded")
 
 	// ErrInvalidFingerprint is returned when a withdrawal's Fingerprint breaks

@@ -302,12 +302,12 @@ func (g *guarded[R]) claim(ctx context.Context, key string, fp Fingerprint, outc
 	rec, claimed, err = g.store.Claim(ctx, key, fp, outcome)
 	var conflict *ConflictError
 	switch {
+	case err != nil && !errors.As(err, &conflict) && outcome != nil:
+		return rec, nil, false, fmt.Errorf("request key %s: the store failed while recording the outcome, which may or may not have been recorded (Resolve again to know): %w", key, err)
 	case err != nil && !errors.As(err, &conflict):
-		nothing := "sent"
-		if outcome != nil {
-			nothing = "recorded"
-		}
-		return rec, nil, false, fmt.Errorf("request key %s: the store could not claim it, so nothing was %s: %w", key, nothing, err)
+		// The claim may have been written before the store failed to answer
+		// (a connection lost after the commit): nothing was sent either way.
+		return rec, nil, false, fmt.Errorf("request key %s: the store failed while claiming it, so nothing was sent; the claim may have been written (a retry then finds the key in flight, and Release frees it): %w", key, err)
 	case err != nil || !claimed || outcome != nil:
 		return rec, nil, claimed, err
 	}

@@ -93,9 +93,12 @@ func (s *Submissions[R]) backend() backend[R] {
 // Whenever send returned an outcome that is not recorded, Submit returns that
 // outcome with an error wrapping ErrOutcomeNotRecorded: when ctx had ended by
 // then (the error wraps ctx's too), when the store failed to record it (a lost
-// connection, say), when the key was released meanwhile, or when the key was
-// resolved meanwhile with another outcome, which stands. On every other
-// refusal or failure Submit returns the zero R.
+// connection, say: the store may have written it before failing to answer,
+// and resolving the key with it is accepted either way), when the key was
+// released meanwhile, or when the key was resolved meanwhile with another
+// outcome, which stands. On every other refusal or failure Submit returns the
+// zero R; a store that fails while claiming means nothing was sent, though
+// the claim may have been written (a retry then finds the key in flight).
 func (s *Submissions[R]) Submit(ctx context.Context, key string, req R,
 	send func(ctx context.Context, req R) (R, error)) (R, error) {
 	var zero R
@@ -206,7 +209,7 @@ func (s *Submissions[R]) send(ctx context.Context, t ticket[R], key string, fp F
 	case err == nil && rec == nil:
 		return out, nil
 	case err != nil:
-		err = fmt.Errorf("%w: request key %s: %w", ErrOutcomeNotRecorded, key, err)
+		err = fmt.Errorf("%w: request key %s: the store failed while recording it, so it may or may not have been recorded; resolve the key with this outcome: %w", ErrOutcomeNotRecorded, key, err)
 	case rec.Done: // resolved elsewhere while send ran
 		if err = sameOutcome(key, rec.Outcome, out); err == nil {
 			return out, nil

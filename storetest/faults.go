@@ -15,7 +15,8 @@ import (
 type hooked struct {
 	submissions.Store[Withdrawal]
 	beforeClaim, beforeRelease func()
-	settleErr                  error // returned by Settle instead of settling
+	afterSettle                func() // run once Settle has settled
+	settleErr                  error  // returned by Settle instead of settling
 }
 
 func (h *hooked) Claim(ctx context.Context, key string, fp submissions.Fingerprint, outcome *Withdrawal) (submissions.Record[Withdrawal], bool, error) {
@@ -28,6 +29,9 @@ func (h *hooked) Claim(ctx context.Context, key string, fp submissions.Fingerpri
 func (h *hooked) Settle(ctx context.Context, key string, fp submissions.Fingerprint, outcome Withdrawal) (submissions.Record[Withdrawal], bool, error) {
 	if h.settleErr != nil {
 		return submissions.Record[Withdrawal]{}, false, h.settleErr
+	}
+	if h.afterSettle != nil {
+		defer h.afterSettle()
 	}
 	return h.Store.Settle(ctx, key, fp, outcome)
 }
@@ -212,4 +216,26 @@ func testMarkComesBeforeTheClaim(t *testing.T, e env) {
 		t.Fatalf("Submit once the release is done: %v", err)
 	}
 	r.wantCalls(t, 2)
+}
+
+func testReleaseAfterTheOutcomeIsRecordedIsAConflict(t *testing.T, e env) {
+	// The send has returned and its outcome is recorded, but Submit has not
+	// returned yet: the key has an outcome, and a Release of it on the same
+	// ledger is refused as any key with an outcome is, not as in flight.
+	h := &hooked{Store: e.newStore(t)}
+	s := submissions.NewWithStore[Withdrawal](h, submissions.WithLogger(quiet))
+	var releaseErr error
+	h.afterSettle = func() { releaseErr = s.Release(bg, "req-1") }
+	r := &rail{}
+	w := newWithdrawal("w-1")
+	out, err := s.Submit(bg, "req-1", w, r.send)
+	if err != nil {
+		t.Fatalf("Submit: %v", err)
+	}
+	wantErr(t, releaseErr, submissions.ErrIdempotencyConflict)
+	if errors.Is(releaseErr, submissions.ErrSubmissionInFlight) {
+		t.Fatalf("Release of a key with an outcome: got %v; want only a conflict", releaseErr)
+	}
+	wantOutcome(t, s, "req-1", out, true)
+	r.wantCalls(t, 1)
 }

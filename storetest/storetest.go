@@ -29,7 +29,7 @@ func Run(t *testing.T, newStore Factory) {
 	for _, group := range []struct {
 		name  string
 		tests []test
-	}{{"rules", rules}, {"concurrency", concurrency}} {
+	}{{"rules", rules}, {"concurrency", concurrency}, {"faults", faults}} {
 		t.Run(group.name, func(t *testing.T) {
 			for _, tc := range group.tests {
 				t.Run(tc.name, func(t *testing.T) { tc.run(t, env{t: t, newStore: newStore}) })
@@ -99,6 +99,7 @@ var rules = []test{
 	{"OutcomeNotRecordedOnAnotherClaim", testOutcomeNotRecordedOnAnotherClaim},
 	{"ResolvedMeanwhile", testResolvedMeanwhile},
 	{"MarkComesBeforeTheClaim", testMarkComesBeforeTheClaim},
+	{"ReleaseAfterTheOutcomeIsRecordedIsAConflict", testReleaseAfterTheOutcomeIsRecordedIsAConflict},
 }
 
 // concurrency proves that the rules hold under any interleaving.
