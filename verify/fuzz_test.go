@@ -56,7 +56,7 @@ func decodeOp(b []byte) Op {
 	}
 	switch op.Kind {
 	case Submit:
-		op.Send = Send((b[0] >> 3) % 5)
+		op.Send = Send((b[0] >> 3) % 6)
 	case Resolve:
 		op.W.TxHash = pick(txs, b[0]>>3)
 	}

@@ -257,10 +257,12 @@ func drawStep(rng *rand.Rand, c linConfig, name string, lanes int) step {
 			op.Send = SendNil
 		case r < 85:
 			op.Send = SendFail
-		case r < 93:
+		case r < 91:
 			op.Send = SendPanic
-		default:
+		case r < 96:
 			op.Send = SendWrong
+		default:
+			op.Send = SendLate
 		}
 	case r < 67:
 		op.Kind = Resolve
@@ -285,8 +287,14 @@ func submit(client int, l lane, st step, clock *atomic.Int64, add func(porcupine
 	claimOp, settleOp := op, op
 	claimOp.Kind, claimOp.Send = Claim, 0
 	settleOp.Kind = Settle
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	rail := railFor(op, cancel)
+	if rail == nil { // the request is the outcome, as with a nil send
+		rail = func(_ context.Context, w W) (W, error) { return w, nil }
+	}
 	var entered, left int64
-	send := func(_ context.Context, w W) (W, error) {
+	send := func(ctx context.Context, w W) (W, error) {
 		entered = clock.Add(1)
 		switch st.pause {
 		case 1:
@@ -295,18 +303,7 @@ func submit(client int, l lane, st step, clock *atomic.Int64, add func(porcupine
 			time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
 		}
 		left = clock.Add(1)
-		switch op.Send {
-		case SendOK:
-			return Sent(w, op.Key), nil
-		case SendFail:
-			return W{}, errRail
-		case SendPanic:
-			panic(railBug)
-		case SendWrong:
-			w.ID += "x"
-			return w, nil
-		}
-		return w, nil // SendNil: the request is the outcome
+		return rail(ctx, w)
 	}
 	call := clock.Add(1)
 	var res Result
@@ -321,7 +318,7 @@ func submit(client int, l lane, st step, clock *atomic.Int64, add func(porcupine
 			}
 		}()
 		var got W
-		got, err = l.s.Submit(bg, op.Key, op.W, send)
+		got, err = l.s.Submit(ctx, op.Key, op.W, send)
 		res = classify(err)
 		if res.Err == None || res.Err == NotRecorded {
 			res.Outcome = got
@@ -471,7 +468,7 @@ func describeOp(in Op, out Result) string {
 }
 
 var (
-	sendNames = map[Send]string{SendOK: "sent", SendNil: "request", SendFail: "failed", SendPanic: "panicked", SendWrong: "wrong"}
+	sendNames = map[Send]string{SendOK: "sent", SendNil: "request", SendFail: "failed", SendPanic: "panicked", SendWrong: "wrong", SendLate: "late"}
 	errNames  = map[Err]string{Conflict: "Conflict", Idempotency: "Idempotency", InFlight: "InFlight", SendFailed: "SendFailed", SendPanicked: "SendPanicked", NotRecorded: "NotRecorded", Unexpected: "Unexpected"}
 )
 

@@ -52,6 +52,7 @@ const (
 	SendFail              // returns an error
 	SendPanic             // panics
 	SendWrong             // returns the outcome of another withdrawal
+	SendLate              // returns as SendOK does, after the caller's context ended
 )
 
 // Op is one call on a ledger.
@@ -268,6 +269,8 @@ func (m *Model) settle(op Op) Result {
 		return Result{Err: SendPanicked}
 	case SendWrong: // rule 10
 		return Result{Err: Idempotency}
+	case SendLate: // rule 9: not taken as known, and the key stays claimed
+		return Result{Err: NotRecorded, Outcome: Sent(op.W, op.Key)}
 	}
 	switch {
 	case !mine: // released meanwhile

@@ -46,18 +46,36 @@ func drawOp(t *rapid.T) Op {
 	op := Op{Kind: Kind(rapid.IntRange(0, 4).Draw(t, "kind")), Key: rapid.SampledFrom(keys).Draw(t, "key"), W: drawW(t)}
 	switch op.Kind {
 	case Submit:
-		op.Send = Send(rapid.IntRange(0, 4).Draw(t, "send"))
+		op.Send = Send(rapid.IntRange(0, 5).Draw(t, "send"))
 	case Resolve:
 		op.W.TxHash = rapid.SampledFrom(txs).Draw(t, "tx")
 	}
 	return op
 }
 
+// railFor returns the send function of a Submit op: nil for SendNil. cancel
+// ends the Submit's context, for SendLate.
+func railFor(op Op, cancel context.CancelFunc) func(context.Context, W) (W, error) {
+	switch op.Send {
+	case SendNil:
+		return nil
+	case SendFail:
+		return func(context.Context, W) (W, error) { return W{}, errRail }
+	case SendPanic:
+		return func(context.Context, W) (W, error) { panic(railBug) }
+	case SendWrong:
+		return func(_ context.Context, w W) (W, error) { w.ID += "x"; return w, nil }
+	case SendLate:
+		return func(_ context.Context, w W) (W, error) { cancel(); return Sent(w, op.Key), nil }
+	}
+	return func(_ context.Context, w W) (W, error) { return Sent(w, op.Key), nil }
+}
+
 // apply runs op on a real ledger and says what came back, as Model says it.
 func apply(s *submissions.Submissions[W], op Op) (res Result) {
 	defer func() {
 		if p := recover(); p != nil {
-			if p != "rail bug" {
+			if p != railBug {
 				panic(p)
 			}
 			res = Result{Err: SendPanicked}
@@ -66,18 +84,9 @@ func apply(s *submissions.Submissions[W], op Op) (res Result) {
 	var err error
 	switch op.Kind {
 	case Submit:
-		var send func(context.Context, W) (W, error)
-		switch op.Send {
-		case SendOK:
-			send = func(_ context.Context, w W) (W, error) { return Sent(w, op.Key), nil }
-		case SendFail:
-			send = func(context.Context, W) (W, error) { return W{}, errRail }
-		case SendPanic:
-			send = func(context.Context, W) (W, error) { panic("rail bug") }
-		case SendWrong:
-			send = func(_ context.Context, w W) (W, error) { w.ID += "x"; return w, nil }
-		}
-		res.Outcome, err = s.Submit(bg, op.Key, op.W, send)
+		ctx, cancel := context.WithCancel(bg)
+		defer cancel()
+		res.Outcome, err = s.Submit(ctx, op.Key, op.W, railFor(op, cancel))
 	case Resolve:
 		err = s.Resolve(bg, op.Key, op.W)
 	case Release:
@@ -94,7 +103,7 @@ func apply(s *submissions.Submissions[W], op Op) (res Result) {
 		}
 		res.Err, res.Holder = c.Err, c.Holder
 	}
-	if res.Err != None {
+	if res.Err != None && res.Err != NotRecorded {
 		res.Outcome = W{}
 	}
 	return res
