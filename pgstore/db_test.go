@@ -8,11 +8,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // urlVar names the connection string the tests read.
 const urlVar = "SUBMISSIONS_TEST_DATABASE_URL"
+
+// restartVar names the shell command that restarts the test database's server
+// in immediate mode (a crash-like stop, then a start), for the restart test:
+// scripts/test sets it when it starts the server itself.
+const restartVar = "SUBMISSIONS_TEST_PG_RESTART"
 
 // testPool returns a pool on the test database with room for conns
 // connections. Without a database it skips the test, saying how to get one;
@@ -51,6 +57,42 @@ func testPoolWith(t testing.TB, conns int32, configure func(*pgxpool.Config)) *p
 	}
 	t.Cleanup(pool.Close)
 	return pool
+}
+
+// restartCommand returns the command in restartVar. Without one it skips the
+// test, saying how to get one; with CI=true a missing command fails it instead.
+func restartCommand(t testing.TB) string {
+	t.Helper()
+	cmd := os.Getenv(restartVar)
+	if cmd == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is not set, and CI=true: the server restart test must run (scripts/test sets it when it starts the server)", restartVar)
+		}
+		t.Skipf("%s is not set: skipping the test that restarts the PostgreSQL server (scripts/test sets it when it starts a local server; by hand: %s='pg_ctlcluster 15 main restart -m immediate')", restartVar, restartVar)
+	}
+	return cmd
+}
+
+// serverUp waits, until timeout, for the server at url to accept a connection
+// and run a statement.
+func serverUp(url string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		conn, err := pgx.Connect(ctx, url)
+		if err == nil {
+			_, err = conn.Exec(ctx, "SELECT 1")
+			conn.Close(ctx)
+		}
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the server does not accept connections after %v: %w", timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 var tables atomic.Int64
