@@ -383,7 +383,7 @@ func testFaultAtEveryStoreCall(t *testing.T, e env) {
 	if t.Failed() {
 		return
 	}
-	t.Logf("inject: %d faults at %d positions over %d operations (%d of them after the store had acted); no second send, no lost claim, every error true",
+	Figure(t, "inject: %d faults at %d positions over %d operations (%d of them after the store had acted); no second send, no lost claim, every error true",
 		tally.faults, tally.positions, tally.ops, tally.acted)
 }
 

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemledger/submissions/storetest"
 )
 
 // A checker is only worth what it catches. Each variant below breaks the
@@ -134,7 +136,7 @@ func TestBrokenVariantsAreCaught(t *testing.T) {
 				t.Fatalf("the check failed on the broken variant, but not by finding a history that is not linearizable:\n%s", out)
 			}
 			line, _, _ := strings.Cut(string(out[bytes.Index(out, []byte("history ")):]), "\n")
-			t.Logf("caught: %s", line)
+			storetest.Figure(t, "caught: %s", line)
 		})
 	}
 }

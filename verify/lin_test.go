@@ -23,6 +23,7 @@ import (
 
 	"github.com/idemledger/submissions"
 	"github.com/idemledger/submissions/pgstore"
+	"github.com/idemledger/submissions/storetest"
 )
 
 // Linearizability: clients call several ledgers that share one store, all
@@ -163,7 +164,7 @@ func checkHistories(t *testing.T, c linConfig, newLanes func(t *testing.T, h int
 		t.Fatalf("history %d (SUBMISSIONS_LIN_SEED=%d) is %s: %d operations; its visualization is in %s\n%s",
 			h, seed, verdict, len(history), path, describeIllegal(history))
 	}
-	t.Logf("linearizable: %d histories, %d operations (%d claims, %d sends), %d clients on %d ledgers sharing one store, in %v",
+	storetest.Figure(t, "linearizable: %d histories, %d operations (%d claims, %d sends), %d clients on %d ledgers sharing one store, in %v",
 		c.histories, ops, claims, sends, c.clients, len(newLanes(t, 0)), time.Since(start).Round(time.Millisecond))
 }
 
