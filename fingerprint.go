@@ -97,6 +97,8 @@ func storable(s string) string {
 // amount with no digit before the point (".5") needs a new string; every other
 // canonical form is a substring of a.
 func canonicalAmount(a string) (string, bool) {
+	// A mutant of end's -1 is equivalent: end is set with first, and read
+	// only once first is set.
 	dot, first, end := -1, -1, -1 // the point; the first non-zero digit; past the last one
 	for i := 0; i < len(a); i++ {
 		switch c := a[i]; {
@@ -117,10 +119,14 @@ func canonicalAmount(a string) (string, bool) {
 		return "", false
 	case dot < 0: // an integer keeps its trailing zeros
 		return a[first:], true
+	// A mutant of <= to < here is equivalent: when end == dot, end = dot
+	// changes nothing.
 	case end <= dot: // the fraction is all zeros: drop it and the point
 		end = dot
 	}
 	switch {
+	// A mutant of < to <= here is equivalent: first is the index of a digit
+	// and dot that of the point, never the same.
 	case first < dot:
 		return a[first:end], true
 	case dot > 0: // "00.5": keep the zero just before the point

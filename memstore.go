@@ -90,7 +90,7 @@ func (m *memStore[R]) claim(_ context.Context, key string, fp Fingerprint, outco
 	switch {
 	case err != nil:
 		return Record[R]{}, nil, false, err
-	case claimed && outcome == nil:
+	case claimed && outcome == nil: // not reached: Submit claims in memory through submit
 		return Record[R]{}, rec, true, nil
 	}
 	return rec.snapshot(), nil, claimed, nil
