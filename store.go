@@ -44,7 +44,9 @@ type Store[R Fingerprinter] interface {
 	// If key's record for fp already has an outcome, Settle changes nothing
 	// and returns it with settled false. If key has no record, or one for
 	// another fingerprint (it was released and claimed again meanwhile), it
-	// changes nothing and returns the zero Record with settled false.
+	// changes nothing and returns the zero Record with settled false. A
+	// record released and claimed again for the same fingerprint is settled
+	// as if it were the same claim: a Store keeps no claim identity.
 	Settle(ctx context.Context, key string, fp Fingerprint, outcome R) (rec Record[R], settled bool, err error)
 
 	// Release deletes key's record if it is in flight, with the claim on its

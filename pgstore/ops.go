@@ -54,14 +54,17 @@ func (s *Store[R]) Claim(ctx context.Context, key string, fp submissions.Fingerp
 		case errors.Is(err, errKeyTaken):
 			continue
 		case errors.Is(err, errWithdrawalTaken):
-			holder, held, herr := s.ClaimedBy(ctx, fp.WithdrawalID)
+			rec, found, holder, herr := s.holder(ctx, key, fp.WithdrawalID)
 			switch {
 			case herr != nil:
 				return submissions.Record[R]{}, false, herr
-			case held && holder != key:
+			case found: // the key was claimed meanwhile, by a request of its own
+				s.recent.add(key)
+				return rec, false, nil
+			case holder != "" && holder != key:
 				return submissions.Record[R]{}, false, &submissions.ConflictError{Holder: holder, Key: key, WithdrawalID: fp.WithdrawalID}
 			}
-			continue // released meanwhile, or claimed by key itself: look again
+			continue // released meanwhile: try again
 		}
 		return submissions.Record[R]{}, false, err
 	}
@@ -80,6 +83,26 @@ func (s *Store[R]) claimOnce(ctx context.Context, key string, fp submissions.Fin
 	}
 	rec, err := s.record(key, row)
 	return rec, inserted, err
+}
+
+// holder reads key's record, if it has one, and otherwise the key that holds
+// withdrawalID ("" for none), both at the same moment.
+func (s *Store[R]) holder(ctx context.Context, key, withdrawalID string) (rec submissions.Record[R], found bool, holder string, err error) {
+	var (
+		id, amount, currency, dest, by *string
+		outcome                        []byte
+	)
+	if err := s.pool.QueryRow(ctx, s.sql.holder, key, withdrawalID).Scan(&id, &amount, &currency, &dest, &outcome, &by); err != nil {
+		return rec, false, "", s.translate(err)
+	}
+	if id != nil {
+		rec, err = s.record(key, storedRow{fp: submissions.Fingerprint{WithdrawalID: *id, Amount: *amount, Currency: *currency, Destination: *dest}, outcome: outcome})
+		return rec, err == nil, "", err
+	}
+	if by != nil {
+		holder = *by
+	}
+	return rec, false, holder, nil
 }
 
 // encode encodes an outcome; an encoding of no bytes would read back as no

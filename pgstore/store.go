@@ -55,7 +55,7 @@ type Store[R submissions.Fingerprinter] struct {
 
 // statements are the store's SQL, for its table.
 type statements struct {
-	claim, lookup, claimedBy, settle, release string
+	claim, lookup, claimedBy, settle, release, holder string
 }
 
 // A Codec turns outcomes into bytes and back. Two outcomes are the same to
@@ -171,6 +171,13 @@ UNION ALL
 SELECT false, ` + cols + ` FROM existing`,
 		lookup:    `SELECT ` + cols + ` FROM ` + table + ` WHERE tenant = '' AND request_key = $1`,
 		claimedBy: `SELECT request_key FROM ` + table + ` WHERE tenant = '' AND withdrawal_id = $1`,
+		// After a claim lost on the withdrawal: the key's row and the
+		// withdrawal's holder, read in one snapshot, so that the answer is
+		// true at one moment.
+		holder: `SELECT k.withdrawal_id, k.amount, k.currency, k.destination, k.outcome, h.request_key
+FROM (SELECT 1) AS one
+LEFT JOIN ` + table + ` k ON k.tenant = '' AND k.request_key = $1
+LEFT JOIN ` + table + ` h ON h.tenant = '' AND h.withdrawal_id = $2`,
 		settle: `UPDATE ` + table + ` SET outcome = $6, settled_at = now()
 WHERE tenant = '' AND request_key = $1 AND withdrawal_id = $2 AND amount = $3 AND currency = $4 AND destination = $5
 	AND outcome IS NULL`,

@@ -58,6 +58,33 @@ var variants = []struct {
 		}},
 	},
 	{
+		name:  "ReleaseDuringItsOwnSend",
+		check: "TestLinearizableMemory",
+		edits: []edit{{
+			file: "memstore.go",
+			old: `	if release && u.sends > 0 {
+		return nil, errSending
+	}
+`,
+			new: "",
+		}},
+	},
+	{
+		name:  "ResolveRefusedDuringTheSend",
+		check: "TestLinearizableMemory",
+		edits: []edit{{
+			file: "memstore.go",
+			old: `	case !ok || rec.fp != fp:
+		return Record[R]{}, false, nil
+`,
+			new: `	case !ok || rec.fp != fp:
+		return Record[R]{}, false, nil
+	case rec.sending:
+		return rec.snapshot(), false, nil
+`,
+		}},
+	},
+	{
 		name:  "CheckThenInsertClaim",
 		check: "TestLinearizablePostgres",
 		edits: []edit{
@@ -127,7 +154,13 @@ func TestBrokenVariantsAreCaught(t *testing.T) {
 			defer cancel()
 			cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-run", "^"+v.check+"$", ".")
 			cmd.Dir = filepath.Join(dir, "verify")
-			cmd.Env = append(os.Environ(), "SUBMISSIONS_LIN_SEED=") // a new seed: any seed must do
+			cmd.WaitDelay = 10 * time.Second // the test binary may outlive go test
+			tmp := t.TempDir()               // for the visualization
+			cmd.Env = append(os.Environ(),
+				"SUBMISSIONS_LIN_SEED=",      // a new seed: any seed must do
+				"SUBMISSIONS_LIN_HISTORIES=", // the run CI makes
+				"SUBMISSIONS_FIGURES=",       // the variant's figures are not CI's
+				"GOFLAGS=", "TMPDIR="+tmp)
 			out, err := cmd.CombinedOutput()
 			switch {
 			case err == nil:
@@ -136,7 +169,8 @@ func TestBrokenVariantsAreCaught(t *testing.T) {
 				t.Fatalf("the check failed on the broken variant, but not by finding a history that is not linearizable:\n%s", out)
 			}
 			line, _, _ := strings.Cut(string(out[bytes.Index(out, []byte("history ")):]), "\n")
-			storetest.Figure(t, "caught: %s", line)
+			line, _, _ = strings.Cut(line, " (SUBMISSIONS_LIN_SEED")
+			storetest.Figure(t, "caught: %s is not linearizable", line)
 		})
 	}
 }

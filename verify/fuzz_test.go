@@ -39,13 +39,13 @@ func FuzzOperations(f *testing.F) {
 	})
 }
 
-// decodeOp makes an operation of three bytes: the kind and the send or the
-// transaction; the key and the withdrawal id; the amount, currency and
-// destination.
+// decodeOp makes an operation of three bytes: the kind (the low three bits)
+// and the send or the transaction (the others); the key and the withdrawal id;
+// the amount, currency and destination.
 func decodeOp(b []byte) Op {
 	pick := func(list []string, n byte) string { return list[int(n)%len(list)] }
 	op := Op{
-		Kind: Kind(b[0] % 5),
+		Kind: Kind((b[0] & 7) % 5),
 		Key:  pick(keys, b[1]&0x0f),
 		W: W{
 			ID:       pick(ids, b[1]>>4),

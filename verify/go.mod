@@ -3,6 +3,7 @@ module github.com/idemledger/submissions/verify
 go 1.26
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/idemledger/submissions v0.0.0-00010101000000-000000000000
 	github.com/idemledger/submissions/pgstore v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgx/v5 v5.13.0
@@ -10,7 +11,6 @@ require (
 )
 
 require (
-	github.com/anishathalye/porcupine v1.3.1 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect

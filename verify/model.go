@@ -1,5 +1,5 @@
 // Package verify holds the ledger's semantics in executable form: Model is a
-// small, sequential, obviously-correct ledger, the rules of DESIGN.md as a
+// small, sequential, obviously-correct ledger, the rules of the README as a
 // pure function of state and operation. The tests of this module check the
 // real ledger, on every store, against it.
 package verify
@@ -68,11 +68,12 @@ type Op struct {
 	// keeps those marks in the store's own records and settles a claim by
 	// its identity (the memory store, which all native ledgers on it share),
 	// rather than marks of its own and a settle by key and fingerprint (any
-	// other Store, through its Store methods). Claim numbers a Submit's claim
-	// for its Settle; 0 is no claim. Apply needs none of these.
-	Ledger int
-	Native bool
-	Claim  int
+	// other Store, through its Store methods). ClaimID numbers a Submit's
+	// claim for its Settle; 0 is no claim. Their zero values are one ledger
+	// on a store other than memory, which is all Apply's callers need.
+	Ledger  int
+	Native  bool
+	ClaimID int
 }
 
 // Err is what an error means to the caller.
@@ -95,7 +96,7 @@ type Result struct {
 	Err     Err
 	Holder  string // Conflict: the holding key; ClaimedBy: the key
 	OK      bool   // Outcome, ClaimedBy
-	Outcome W      // Submit, Outcome, Settle; with NotRecorded, the rail's answer
+	Outcome W      // Submit, Claim (a replay), Outcome, Settle; with NotRecorded, the rail's answer
 	Claimed bool   // Claim: the key was claimed, and send is called next
 }
 
@@ -169,6 +170,8 @@ func (m *Model) Apply(op Op) Result {
 // state it is in then; m is not changed. It is Apply, with the one answer
 // the rules leave open: a Resolve that races a Release of the same key may
 // find the key in flight, then gone, record nothing and answer InFlight.
+// Step cannot see the race; the check of a history that uses this allowance
+// must see that a Release of the key overlapped the Resolve.
 func (m *Model) Step(op Op, got Result) (bool, *Model) {
 	next := m.Clone()
 	if next.Apply(op) == got {
@@ -232,7 +235,7 @@ func (m *Model) claim(op Op) Result {
 		return Result{Err: Conflict, Holder: holder}
 	}
 	// Rule 4: claim, and mark the key as being sent.
-	m.records[op.Key] = entry{fp: op.W, claim: op.Claim, sending: op.Native}
+	m.records[op.Key] = entry{fp: op.W, claim: op.ClaimID, sending: op.Native}
 	m.claims[op.W.ID] = op.Key
 	if !op.Native {
 		m.sending[mark{op.Ledger, op.Key}]++
@@ -246,7 +249,7 @@ func (m *Model) settle(op Op) Result {
 	r, ok := m.records[op.Key]
 	// A native ledger's claim is its record; any other ledger's is the key's
 	// record for the same withdrawal, whoever claimed it.
-	mine := ok && (op.Native && r.claim == op.Claim || !op.Native && SameWithdrawal(r.fp, op.W))
+	mine := ok && (op.Native && r.claim == op.ClaimID || !op.Native && SameWithdrawal(r.fp, op.W))
 	if op.Native && mine {
 		r.sending = false
 		m.records[op.Key] = r
