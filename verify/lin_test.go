@@ -50,8 +50,8 @@ type linConfig struct {
 // The sizes CI runs. SUBMISSIONS_LIN_HISTORIES overrides the counts, for a
 // longer soak or a quicker look.
 var (
-	memoryRun   = linConfig{histories: 2000, clients: 6, ops: 12, groups: 3}
-	postgresRun = linConfig{histories: 300, clients: 6, ops: 12, groups: 3}
+	memoryRun   = linConfig{histories: 5000, clients: 6, ops: 12, groups: 3}
+	postgresRun = linConfig{histories: 1000, clients: 6, ops: 12, groups: 3}
 )
 
 // lane is one ledger of a history, as Model's operations name it.
