@@ -322,14 +322,7 @@ func submit(client int, l lane, st step, clock *atomic.Int64, add func(porcupine
 	var res Result
 	var err error
 	func() {
-		defer func() {
-			if p := recover(); p != nil {
-				if p != railBug {
-					panic(p)
-				}
-				res = Result{Err: SendPanicked}
-			}
-		}()
+		defer railPanicked(&res)
 		var got W
 		got, err = l.s.Submit(ctx, op.Key, op.W, send)
 		res = classify(err)

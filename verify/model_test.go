@@ -71,16 +71,20 @@ func railFor(op Op, cancel context.CancelFunc) func(context.Context, W) (W, erro
 	return func(_ context.Context, w W) (W, error) { return Sent(w, op.Key), nil }
 }
 
+// railPanicked, deferred, recovers the rail's panic into *res as
+// SendPanicked; any other panic goes on.
+func railPanicked(res *Result) {
+	if p := recover(); p != nil {
+		if p != railBug {
+			panic(p)
+		}
+		*res = Result{Err: SendPanicked}
+	}
+}
+
 // apply runs op on a real ledger and says what came back, as Model says it.
 func apply(s *submissions.Submissions[W], op Op) (res Result) {
-	defer func() {
-		if p := recover(); p != nil {
-			if p != railBug {
-				panic(p)
-			}
-			res = Result{Err: SendPanicked}
-		}
-	}()
+	defer railPanicked(&res)
 	var err error
 	switch op.Kind {
 	case Submit:
