@@ -1,6 +1,7 @@
 package submissions
 
 import (
+	"errors"
 	"math/big"
 	"regexp"
 	"strings"
@@ -104,6 +105,44 @@ func FuzzKey(f *testing.F) {
 		}
 		if err == nil && got != trimmed {
 			t.Fatalf("validKey(%q) = %q; want %q", k, got, trimmed)
+		}
+	})
+}
+
+// FuzzFingerprint checks a whole fingerprint as Submit checks it (normalize,
+// then checkIdentity): accepted exactly when every part is valid by the
+// readings above, refused with ErrInvalidFingerprint otherwise, never a
+// panic; and what it accepts, checked again, stays as it is.
+func FuzzFingerprint(f *testing.F) {
+	f.Add("w-1", "25.00", "usdc", "0xabc")
+	f.Add("", "1", "EUR", "d")
+	f.Add("w\x00", "1", "EUR", "d")
+	f.Add("w", "1", "EUR", "d-\xff")
+	f.Add("w", "-1", "EU", "d")
+	f.Fuzz(func(t *testing.T, id, amount, currency, dest string) {
+		fp := Fingerprint{WithdrawalID: id, Amount: amount, Currency: currency, Destination: dest}
+		err := normalize(&fp)
+		if err == nil {
+			err = checkIdentity(&fp)
+		}
+		_, amountOK := canonicalAmount(amount)
+		_, currencyOK := canonicalCurrency(currency)
+		text := func(s string) bool { return s != "" && utf8.ValidString(s) && !strings.Contains(s, "\x00") }
+		valid := amountOK && currencyOK && text(id) && text(dest)
+		switch {
+		case (err == nil) != valid:
+			t.Fatalf("%+v: error %v; want valid %v", fp, err, valid)
+		case err != nil && !errors.Is(err, ErrInvalidFingerprint):
+			t.Fatalf("%+v: error %v; want an ErrInvalidFingerprint", fp, err)
+		case err != nil:
+			return
+		}
+		if fp.WithdrawalID != id || fp.Destination != dest {
+			t.Fatalf("%+v: the id or the destination changed", fp)
+		}
+		again := fp
+		if err := normalize(&again); err != nil || again != fp {
+			t.Fatalf("normalize(%+v) = %+v, %v; want it unchanged", fp, again, err)
 		}
 	})
 }
