@@ -77,7 +77,7 @@ func TestLinearizableMemory(t *testing.T) {
 }
 
 func TestLinearizablePostgres(t *testing.T) {
-	pool := linPool(t)
+	pool := testPool(t)
 	// A name of this run's own, dropped first in case a killed run left it.
 	table := fmt.Sprintf("lin_%d_%d", os.Getpid(), rand.Uint32())
 	if _, err := pool.Exec(bg, "DROP TABLE IF EXISTS "+table); err != nil {
@@ -104,7 +104,9 @@ func TestLinearizablePostgres(t *testing.T) {
 	checkHistories(t, linSize(t, postgresRun), func(*testing.T, int) []lane { return lanes })
 }
 
-func linPool(t *testing.T) *pgxpool.Pool {
+// testPool returns a pool on the test database, closed when t ends. Without a
+// database it skips t, saying how to get one; with CI=true it fails t instead.
+func testPool(t *testing.T) *pgxpool.Pool {
 	url := os.Getenv("SUBMISSIONS_TEST_DATABASE_URL")
 	if url == "" {
 		if os.Getenv("CI") == "true" {
@@ -325,10 +327,7 @@ func submit(client int, l lane, st step, clock *atomic.Int64, add func(porcupine
 		defer railPanicked(&res)
 		var got W
 		got, err = l.s.Submit(ctx, op.Key, op.W, send)
-		res = classify(err)
-		if res.Err == None || res.Err == NotRecorded {
-			res.Outcome = got
-		}
+		res = submitted(got, err)
 	}()
 	ret := clock.Add(1)
 	if entered == 0 {
@@ -340,6 +339,16 @@ func submit(client int, l lane, st step, clock *atomic.Int64, add func(porcupine
 }
 
 const railBug = "rail bug"
+
+// submitted says what a Submit's return means: the outcome goes with it when
+// it came from the rail (no error, or ErrOutcomeNotRecorded).
+func submitted(out W, err error) Result {
+	res := classify(err)
+	if res.Err == None || res.Err == NotRecorded {
+		res.Outcome = out
+	}
+	return res
+}
 
 // single runs an operation other than Submit.
 func single(s *submissions.Submissions[W], op Op) (res Result, err error) {
