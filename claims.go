@@ -1,12 +1,12 @@
 package submissions
 
 // claims maps a withdrawal id to the request key that claimed it. It is the
-// index that makes a withdrawal exclusive: the records map makes a key
-// idempotent, claims refuses a second key for the same money.
+// index that makes a withdrawal exclusive: the records of the memory store
+// make a key idempotent, claims refuses a second key for the same money.
 //
 // claims is not safe for concurrent use; the memory store guards it with its
-// mutex, in the same critical section as the records map, so that checking a
-// claim and taking it are one step.
+// mutex, in the same critical section as its records, so that checking a
+// claim and making it are one step.
 type claims map[string]string
 
 // holder returns the key that claims withdrawalID, if any.
@@ -15,11 +15,10 @@ func (c claims) holder(withdrawalID string) (string, bool) {
 	return key, ok
 }
 
-// take records key as the holder of withdrawalID, unless a key already holds
-// it, in which case it returns a *ConflictError naming the holder and changes
-// nothing. A key claims at most one withdrawal, once, so the holder is never
-// key itself.
-func (c claims) take(withdrawalID, key string) error {
+// claim records key as the holder of withdrawalID, unless a key already
+// holds it, in which case it returns a *ConflictError naming the holder and
+// changes nothing.
+func (c claims) claim(withdrawalID, key string) error {
 	if holder, ok := c[withdrawalID]; ok {
 		return &ConflictError{Holder: holder, Key: key, WithdrawalID: withdrawalID}
 	}
@@ -27,9 +26,9 @@ func (c claims) take(withdrawalID, key string) error {
 	return nil
 }
 
-// drop removes the claim on withdrawalID only if it still names key, so that
-// a late release cannot evict a claim that has since moved to another key.
-func (c claims) drop(withdrawalID, key string) {
+// release removes the claim on withdrawalID only if it names key, so that a
+// late release cannot evict a claim that has moved to another key.
+func (c claims) release(withdrawalID, key string) {
 	if c[withdrawalID] == key {
 		delete(c, withdrawalID)
 	}

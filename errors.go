@@ -5,54 +5,67 @@ import (
 	"fmt"
 )
 
+// The errors of a ledger, in three classes by what the caller may do next.
+// Refused, nothing sent: ErrInvalidKey, ErrInvalidFingerprint,
+// ErrIdempotencyConflict (and *ConflictError), ErrSubmissionInFlight. Failed
+// before sending: ErrStoreFailed. Money may have moved: ErrOutcomeUnknown and
+// ErrOutcomeNotRecorded.
 var (
-	// ErrIdempotencyConflict is returned when a call contradicts what the
-	// ledger already holds: a request key reused for another withdrawal, a
-	// withdrawal claimed by another key (as a *ConflictError), an outcome that
-	// differs from the one already recorded, or a Release of a key that
-	// already produced an outcome.
-	ErrIdempotencyConflict = errors.New("idempotency conflict")
-
-	// ErrSubmissionInFlight is returned when a request key is claimed and its
-	// outcome is not known yet: its send is running, or it failed in a way
-	// that leaves the money possibly moving. The key stays claimed until
-	// Resolve or Release closes it.
-	ErrSubmissionInFlight = errors.New("submission in flight")
-
-	// ErrInvalidKey is returned by every method that takes a request key when
-	// the key is empty after trimming white space, longer than MaxKeyLen
-	// bytes, not valid UTF-8, or contains a NUL byte. Nothing is claimed,
-	// sent or read.
+	// ErrInvalidKey: the request key is empty after trimming white space,
+	// longer than MaxKeyLen bytes, not valid UTF-8, or holds a NUL byte.
+	// Nothing was read, claimed or sent.
 	ErrInvalidKey = errors.New("invalid request key")
 
-	// ErrOutcomeNotRecorded is returned, with the outcome send returned, when
-	// that outcome was not recorded: the caller's context had ended, the
-	// store failed (a lost connection, a database down), or while its send
-	// ran the key was released through another instance or resolved with
-	// another outcome, which stands. The money may have moved. Unless it was
-	// released or resolved, the key stays in flight: resolve it with the
-	// outcome that came with this error. A store that failed to answer may
-	// have recorded the outcome all the same; resolving the key with it is
-	// accepted then too.
-	ErrOutcomeNotRecorded = errors.New("outcome not recorded")
-
-	// ErrInvalidFingerprint is returned when a withdrawal's Fingerprint breaks
-	// the rules documented on Fingerprint. Nothing is claimed or sent.
+	// ErrInvalidFingerprint: a Fingerprint breaks the rules documented on
+	// Fingerprint, or the request or outcome is a nil pointer. Nothing was
+	// claimed or sent.
 	ErrInvalidFingerprint = errors.New("invalid fingerprint")
+
+	// ErrIdempotencyConflict: the call contradicts what the ledger holds: a
+	// request key reused for another withdrawal, a withdrawal claimed by
+	// another key (a *ConflictError), an outcome other than the one recorded,
+	// or a Release of a key that has an outcome. Nothing was sent; retrying
+	// the same call gets the same answer.
+	ErrIdempotencyConflict = errors.New("idempotency conflict")
+
+	// ErrSubmissionInFlight: the request key is claimed and its outcome is not
+	// known: its send is running, or ended without a recorded answer. Nothing
+	// was sent by this call. Retry later, or see the outcome with Outcome; an
+	// operator closes a key left in flight with Resolve or Release.
+	ErrSubmissionInFlight = errors.New("submission in flight")
+
+	// ErrStoreFailed: the store failed or could not be reached, and this call
+	// sent nothing. A write it was making may or may not stand: a Submit
+	// retried may find its key in flight (an operator may Release it: nothing
+	// was sent), and a Resolve or Release retried tells which.
+	ErrStoreFailed = errors.New("store failed")
+
+	// ErrOutcomeUnknown: send ended without an answer (an error, a panic, a
+	// nil answer), so the money may have moved. The key stays claimed: do not
+	// retry under a new key; an operator looks at the rail, then calls
+	// Resolve with what was sent, or Release if nothing was.
+	ErrOutcomeUnknown = errors.New("outcome unknown")
+
+	// ErrOutcomeNotRecorded: send answered, Submit returns the answer with
+	// this error, and the answer was not recorded: its context had ended, it
+	// is for another withdrawal (the error names the fields that differ), the
+	// store failed while recording it (it may stand all the same), or the key
+	// was released or resolved otherwise while send ran. The money may have
+	// moved: escalate, never retry under a new key. An answer of the request's
+	// own withdrawal may be recorded with Resolve, unless the key was
+	// released or resolved meanwhile.
+	ErrOutcomeNotRecorded = errors.New("outcome not recorded")
 )
 
 // ConflictError reports that a withdrawal is already claimed by another
-// request key. It names the holder so that the refused caller can look the
+// request key, and names that key, so that the refused caller can look the
 // withdrawal up (Outcome(ctx, Holder)) instead of guessing.
 //
 // errors.Is(err, ErrIdempotencyConflict) is true for a *ConflictError.
 type ConflictError struct {
-	// Holder is the request key that holds the claim on the withdrawal.
-	Holder string
-	// Key is the request key that was refused.
-	Key string
-	// WithdrawalID is the withdrawal both keys asked for.
-	WithdrawalID string
+	Holder       string // the request key that holds the claim
+	Key          string // the request key that was refused
+	WithdrawalID string // the withdrawal both keys asked for
 }
 
 // Error says which withdrawal is claimed and by which key.
@@ -63,18 +76,26 @@ func (e *ConflictError) Error() string {
 // Unwrap returns ErrIdempotencyConflict, so errors.Is reaches it.
 func (e *ConflictError) Unwrap() error { return ErrIdempotencyConflict }
 
-// conflictf returns an error wrapping ErrIdempotencyConflict.
-func conflictf(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrIdempotencyConflict}, args...)...)
-}
-
-// keyTaken returns the ErrIdempotencyConflict of a request key used for a
-// withdrawal other than the one it was first used for.
+// keyTaken is the error of a request key used for another withdrawal.
 func keyTaken(key string) error {
-	return conflictf("request key %s belongs to another withdrawal", key)
+	return fmt.Errorf("%w: request key %s belongs to another withdrawal", ErrIdempotencyConflict, key)
 }
 
-// inFlight returns an error wrapping ErrSubmissionInFlight for key.
-func inFlight(key, why string) error {
-	return fmt.Errorf("%w: request key %s %s", ErrSubmissionInFlight, key, why)
+// hasOutcome is the error of a change to a key that has an outcome.
+func hasOutcome(key, what string) error {
+	return fmt.Errorf("%w: request key %s has %s", ErrIdempotencyConflict, key, what)
+}
+
+// inFlight is the error of a request key in flight.
+func inFlight(key string) error {
+	return fmt.Errorf("%w: request key %s", ErrSubmissionInFlight, key)
+}
+
+// storeFailed is the error of a store call that failed: cause, unless it is
+// the *ConflictError a claim answers with.
+func storeFailed(key, call string, cause error) error {
+	if ce, ok := errors.AsType[*ConflictError](cause); ok {
+		return ce
+	}
+	return fmt.Errorf("%w: request key %s: %s: %w", ErrStoreFailed, key, call, cause)
 }

@@ -6,8 +6,14 @@ import (
 	"unicode/utf8"
 )
 
-// MaxKeyLen is the longest request key accepted, in bytes, after trimming.
-const MaxKeyLen = 255
+// Limits on what the ledger accepts, in bytes of the input as given. Every
+// store holds values up to these sizes.
+const (
+	MaxKeyLen          = 255  // a request key, after trimming
+	MaxWithdrawalIDLen = 255  // Fingerprint.WithdrawalID
+	MaxDestinationLen  = 1024 // Fingerprint.Destination
+	MaxAmountLen       = 100  // Fingerprint.Amount
+)
 
 // Fingerprint is what identifies a withdrawal to the ledger. Two requests with
 // the same fingerprint are the same withdrawal; a state transition of a
@@ -17,10 +23,11 @@ const MaxKeyLen = 255
 // ("25.00", "25.0" and "025" are equal), currencies case-insensitively, and
 // WithdrawalID and Destination exactly. A valid fingerprint has:
 //
-//   - a non-empty WithdrawalID and Destination, each valid UTF-8 without NUL
-//     bytes (so that every store can hold them);
-//   - an Amount that is a plain positive decimal: ASCII digits with at most
-//     one decimal point, no sign, exponent or spaces, and not zero;
+//   - a WithdrawalID of 1 to MaxWithdrawalIDLen bytes and a Destination of 1
+//     to MaxDestinationLen bytes, each valid UTF-8 without NUL bytes;
+//   - an Amount of at most MaxAmountLen bytes that is a plain positive
+//     decimal: ASCII digits with at most one decimal point, no sign, exponent
+//     or spaces, and not zero;
 //   - a Currency of 2 to 12 ASCII letters or digits.
 //
 // Anything else is refused with ErrInvalidFingerprint before anything is
@@ -40,74 +47,148 @@ type Fingerprinter interface {
 	Fingerprint() Fingerprint
 }
 
-// normalize validates f's amount and currency and puts both in canonical
-// form ("025.50" -> "25.5", "usdc" -> "USDC"), in place: copies of a
-// Fingerprint cost more than its checks. It allocates nothing when they are
-// canonical already, nor for most amounts that are not. It leaves the withdrawal id and destination to checkIdentity: they are compared
-// exactly, so a request whose id and destination equal those of a valid
-// record is valid without a second look.
+// normalize checks f by the rules of Fingerprint and puts its amount and
+// currency in canonical form ("025.50" -> "25.5", "usdc" -> "USDC"), in
+// place. It allocates only for an amount with no digit before its point, or a
+// currency with a lower-case letter.
 func normalize(f *Fingerprint) error {
+	if !validText(f.WithdrawalID, MaxWithdrawalIDLen) {
+		return fmt.Errorf("%w: WithdrawalID: %s", ErrInvalidFingerprint, textProblem(f.WithdrawalID, MaxWithdrawalIDLen))
+	}
+	if !validText(f.Destination, MaxDestinationLen) {
+		return fmt.Errorf("%w: Destination: %s", ErrInvalidFingerprint, textProblem(f.Destination, MaxDestinationLen))
+	}
 	amount, ok := canonicalAmount(f.Amount)
 	if !ok {
-		return fmt.Errorf("%w: amount %q is not a positive decimal", ErrInvalidFingerprint, f.Amount)
+		return fmt.Errorf("%w: Amount: not a positive decimal of at most %d bytes", ErrInvalidFingerprint, MaxAmountLen)
 	}
 	currency, ok := canonicalCurrency(f.Currency)
 	if !ok {
-		return fmt.Errorf("%w: currency %q is not 2-12 ASCII letters or digits", ErrInvalidFingerprint, f.Currency)
+		return fmt.Errorf("%w: Currency: not 2-12 ASCII letters or digits", ErrInvalidFingerprint)
 	}
 	f.Amount, f.Currency = amount, currency
 	return nil
 }
 
-// checkIdentity refuses an empty withdrawal id or destination, or one that a
-// store could not hold as text.
-func checkIdentity(f *Fingerprint) error {
-	if err := checkText("withdrawal id", f.WithdrawalID); err != nil {
-		return err
+// Bits of a fingerprint's fields, for differing.
+const (
+	withdrawalIDField = 1 << iota
+	amountField
+	currencyField
+	destinationField
+)
+
+// differing compares got, as given, with want, a canonical fingerprint, field
+// by field, and returns the fields that differ as bits: a field of got that is
+// not valid differs. It allocates nothing.
+func differing(want *Fingerprint, got *Fingerprint) (fields int) {
+	if got.WithdrawalID != want.WithdrawalID {
+		fields |= withdrawalIDField
 	}
-	return checkText("destination", f.Destination)
+	if a, ok := canonicalAmount(got.Amount); !ok || a != want.Amount {
+		fields |= amountField
+	}
+	if c, ok := canonicalCurrency(got.Currency); !ok || c != want.Currency {
+		fields |= currencyField
+	}
+	if got.Destination != want.Destination {
+		fields |= destinationField
+	}
+	return fields
 }
 
-// checkText refuses an empty identifier, or one that a store could not hold.
-func checkText(field, s string) error {
-	if s == "" {
-		return fmt.Errorf("%w: %s is empty", ErrInvalidFingerprint, field)
+// fieldNames names the fields of a differing result, by their Fingerprint
+// names: "Amount, Destination".
+func fieldNames(fields int) string {
+	var names []string
+	for i, name := range []string{"WithdrawalID", "Amount", "Currency", "Destination"} {
+		if fields&(1<<i) != 0 {
+			names = append(names, name)
+		}
 	}
-	if why := storable(s); why != "" {
-		return fmt.Errorf("%w: %s %s", ErrInvalidFingerprint, field, why)
-	}
-	return nil
+	return strings.Join(names, ", ")
 }
 
-// storable says why s cannot be stored as text by every store (not valid
-// UTF-8, or a NUL byte), or returns "" when it can.
-func storable(s string) string {
+// validText reports whether s can be an identifier of at most limit bytes:
+// not empty, valid UTF-8, and without NUL bytes, which no database text
+// column holds.
+func validText(s string, limit int) bool {
+	return s != "" && len(s) <= limit && (plainASCII(s) || unicodeText(s))
+}
+
+// unicodeText reports whether s is valid UTF-8 without NUL bytes.
+func unicodeText(s string) bool {
+	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
+}
+
+// textProblem says why validText refuses s.
+func textProblem(s string, limit int) string {
 	switch {
+	case s == "":
+		return "empty"
+	case len(s) > limit:
+		return fmt.Sprintf("longer than %d bytes", limit)
 	case !utf8.ValidString(s):
-		return "is not valid UTF-8"
-	case strings.IndexByte(s, 0) >= 0:
-		return "contains a NUL byte"
+		return "not valid UTF-8"
 	}
-	return ""
+	return "has a NUL byte"
 }
 
-// canonicalAmount reports whether a is a plain positive decimal and returns
-// its canonical form: no leading zeros before the first significant digit but
-// one before a point, no trailing zeros after the point, no bare point. Only an
-// amount with no digit before the point (".5") needs a new string; every other
-// canonical form is a substring of a.
+// plainASCII reports whether every byte of s is ASCII and not NUL, the usual
+// identifier, checked eight bytes at a time. A false answer says nothing: the
+// caller checks such a string byte by byte.
+func plainASCII(s string) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	n := len(s)
+	if n < 8 {
+		for i := 0; i < n; i++ {
+			if b := s[i]; b == 0 || b >= utf8.RuneSelf {
+				return false
+			}
+		}
+		return true
+	}
+	// A byte with its high bit set, or a zero byte (whose subtraction
+	// borrows into its high bit), leaves a high bit set in seen. The last
+	// word overlaps the one before it unless n is a multiple of 8.
+	var seen uint64
+	for i := 0; i < n-8; i += 8 {
+		x := word(s, i)
+		seen |= x | (x - ones)
+	}
+	x := word(s, n-8)
+	seen |= x | (x - ones)
+	return seen&highs == 0
+}
+
+// word returns the eight bytes of s from i as a little-endian number.
+func word(s string, i int) uint64 {
+	s = s[i : i+8]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+// canonicalAmount reports whether a is a plain positive decimal of at most
+// MaxAmountLen bytes and returns its canonical form: no leading zeros before
+// the first significant digit but one before a point, no trailing zeros after
+// the point, no bare point. Only an amount with no digit before the point
+// (".5") needs a new string; every other canonical form is a substring of a.
 func canonicalAmount(a string) (string, bool) {
+	if len(a) > MaxAmountLen {
+		return "", false
+	}
 	// A mutant of end's -1 is equivalent: end is set with first, and read
 	// only once first is set.
 	dot, first, end := -1, -1, -1 // the point; the first non-zero digit; past the last one
 	for i := 0; i < len(a); i++ {
-		switch c := a[i]; {
-		case c == '0':
-		case '1' <= c && c <= '9':
+		c := a[i]
+		switch {
+		case c-'1' <= '9'-'1': // a byte, so c < '1' wraps to a large value
 			if first < 0 {
 				first = i
 			}
 			end = i + 1
+		case c == '0':
 		case c == '.' && dot < 0:
 			dot = i
 		default:
@@ -144,9 +225,9 @@ func canonicalCurrency(c string) (string, bool) {
 	lower := false
 	for i := 0; i < len(c); i++ {
 		switch b := c[i]; {
-		case 'a' <= b && b <= 'z':
+		case b-'A' <= 'Z'-'A', b-'0' <= '9'-'0': // a byte: below the range wraps
+		case b-'a' <= 'z'-'a':
 			lower = true
-		case 'A' <= b && b <= 'Z', '0' <= b && b <= '9':
 		default:
 			return "", false
 		}
@@ -159,15 +240,13 @@ func canonicalCurrency(c string) (string, bool) {
 
 // validKey trims key and checks it against the rules of ErrInvalidKey.
 func validKey(key string) (string, error) {
-	k := strings.TrimSpace(key)
-	switch {
-	case k == "":
-		return "", fmt.Errorf("%w: empty", ErrInvalidKey)
-	case len(k) > MaxKeyLen:
-		return "", fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidKey, len(k), MaxKeyLen)
+	// Most keys have nothing to trim: ASCII white space is at most ' ', and
+	// Unicode's other spaces start and end with bytes of at least RuneSelf.
+	if n := len(key); n == 0 || key[0] <= ' ' || key[0] >= utf8.RuneSelf || key[n-1] <= ' ' || key[n-1] >= utf8.RuneSelf {
+		key = strings.TrimSpace(key)
 	}
-	if why := storable(k); why != "" {
-		return "", fmt.Errorf("%w: %s", ErrInvalidKey, why)
+	if !validText(key, MaxKeyLen) {
+		return "", fmt.Errorf("%w: %s", ErrInvalidKey, textProblem(key, MaxKeyLen))
 	}
-	return k, nil
+	return key, nil
 }

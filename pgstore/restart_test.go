@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemledger/submissions"
-	"github.com/idemledger/submissions/storetest"
+	"github.com/idemledger/submissions/internal/figures"
 )
 
 // errRailRefused is the rail's refusal: it moved no money.
@@ -484,7 +484,7 @@ func TestServerRestartedDuringARun(t *testing.T) {
 		unrecorded += notRecorded[e].Load()
 		failedUp += failedWhileUp[e].Load()
 	}
-	storetest.Figure(t, "restart: %d restarts, %d calls failed during them (%d claims failed, nothing sent; %d outcomes not recorded, returned with the rail's answer), %d withdrawals, each sent once",
+	figures.Add(t, "restart: %d restarts, %d calls failed during them (%d claims failed, nothing sent; %d outcomes not recorded, returned with the rail's answer), %d withdrawals, each sent once",
 		restarts, failedClaims+unrecorded, failedClaims, unrecorded, n)
 	t.Logf("run %v, server unavailable %s; calls: %d sent, %d replayed, %d refused for the other key, %d in flight, %d refused by the rail, %d failed while the server was up; after all, %d claims reported failed were made and %d outcomes reported not recorded were recorded; operator: %d keys resolved, %d released, %d withdrawals sent afterwards; %v in all",
 		runTime.Round(100*time.Millisecond), strings.Join(outages, " and "), sends.Load(), replays.Load(), conflicts.Load(), inFlight.Load(), refused.Load(), failedUp, claimedAfterAll.Load(), recordedAfterAll.Load(),

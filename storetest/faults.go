@@ -26,7 +26,7 @@ func (h *hooked) Claim(ctx context.Context, key string, fp submissions.Fingerpri
 	return h.Store.Claim(ctx, key, fp, outcome)
 }
 
-func (h *hooked) Settle(ctx context.Context, key string, fp submissions.Fingerprint, outcome Withdrawal) (submissions.Record[Withdrawal], bool, error) {
+func (h *hooked) Settle(ctx context.Context, key string, fp submissions.Token, outcome Withdrawal) (submissions.Record[Withdrawal], bool, error) {
 	if h.settleErr != nil {
 		return submissions.Record[Withdrawal]{}, false, h.settleErr
 	}
@@ -36,11 +36,11 @@ func (h *hooked) Settle(ctx context.Context, key string, fp submissions.Fingerpr
 	return h.Store.Settle(ctx, key, fp, outcome)
 }
 
-func (h *hooked) Release(ctx context.Context, key string) (submissions.Record[Withdrawal], bool, error) {
+func (h *hooked) Release(ctx context.Context, key string, token submissions.Token) (submissions.Record[Withdrawal], bool, error) {
 	if h.beforeRelease != nil {
 		h.beforeRelease()
 	}
-	return h.Store.Release(ctx, key)
+	return h.Store.Release(ctx, key, token)
 }
 
 // store returns a new store and a ledger on it, with its logs.
@@ -77,7 +77,7 @@ func testOutcomeNotRecordedWhenReleasedMeanwhile(t *testing.T, e env) {
 	w := newWithdrawal("w-1")
 	out, err := s.Submit(bg, "req-1", w, func(ctx context.Context, req Withdrawal) (Withdrawal, error) {
 		// Another instance's operator releases the key under the send.
-		if _, released, err := st.Release(ctx, "req-1"); err != nil || !released {
+		if _, released, err := releaseThrough(ctx, st, "req-1"); err != nil || !released {
 			t.Errorf("Release through the store: got %v, %v; want released", released, err)
 		}
 		return r.send(ctx, req)
@@ -99,7 +99,7 @@ func testOutcomeNotRecordedOnAnotherClaim(t *testing.T, e env) {
 	w, other := newWithdrawal("w-1"), newWithdrawal("w-2")
 	otherFP := submissions.Fingerprint{WithdrawalID: "w-2", Amount: "25", Currency: "USDC", Destination: "0xabc"}
 	out, err := s.Submit(bg, "req-1", w, func(ctx context.Context, req Withdrawal) (Withdrawal, error) {
-		if _, released, err := st.Release(ctx, "req-1"); err != nil || !released {
+		if _, released, err := releaseThrough(ctx, st, "req-1"); err != nil || !released {
 			t.Errorf("Release through the store: got %v, %v; want released", released, err)
 		}
 		if _, claimed, err := st.Claim(ctx, "req-1", otherFP, nil); err != nil || !claimed {
@@ -128,7 +128,7 @@ func testResolvedMeanwhile(t *testing.T, e env) {
 			if err != nil {
 				t.Error(err)
 			}
-			if _, settled, err := st.Settle(ctx, "req-1", rec.Fingerprint, resolved); err != nil || !settled {
+			if _, settled, err := st.Settle(ctx, "req-1", rec.Token, resolved); err != nil || !settled {
 				t.Errorf("Settle through the store: got %v, %v; want settled", settled, err)
 			}
 			if agree {
@@ -238,4 +238,12 @@ func testReleaseAfterTheOutcomeIsRecordedIsAConflict(t *testing.T, e env) {
 	}
 	wantOutcome(t, s, "req-1", out, true)
 	r.wantCalls(t, 1)
+}
+
+func releaseThrough(ctx context.Context, st submissions.Store[Withdrawal], key string) (submissions.Record[Withdrawal], bool, error) {
+	rec, _, err := st.Lookup(ctx, key)
+	if err != nil {
+		return rec, false, err
+	}
+	return st.Release(ctx, key, rec.Token)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/internal/figures"
 )
 
 // Fault injection: every operation of the ledger is run once without faults
@@ -161,7 +162,7 @@ func (f *injector) Claim(ctx context.Context, key string, fp submissions.Fingerp
 	return r.rec, r.ok, err
 }
 
-func (f *injector) Settle(ctx context.Context, key string, fp submissions.Fingerprint, outcome Withdrawal) (submissions.Record[Withdrawal], bool, error) {
+func (f *injector) Settle(ctx context.Context, key string, fp submissions.Token, outcome Withdrawal) (submissions.Record[Withdrawal], bool, error) {
 	r, err := inject(ctx, f, "Settle", func(ctx context.Context) (reply, error) {
 		rec, ok, err := f.store.Settle(ctx, key, fp, outcome)
 		return reply{rec, ok}, err
@@ -169,9 +170,9 @@ func (f *injector) Settle(ctx context.Context, key string, fp submissions.Finger
 	return r.rec, r.ok, err
 }
 
-func (f *injector) Release(ctx context.Context, key string) (submissions.Record[Withdrawal], bool, error) {
+func (f *injector) Release(ctx context.Context, key string, token submissions.Token) (submissions.Record[Withdrawal], bool, error) {
 	r, err := inject(ctx, f, "Release", func(ctx context.Context) (reply, error) {
-		rec, ok, err := f.store.Release(ctx, key)
+		rec, ok, err := f.store.Release(ctx, key, token)
 		return reply{rec, ok}, err
 	})
 	return r.rec, r.ok, err
@@ -383,7 +384,7 @@ func testFaultAtEveryStoreCall(t *testing.T, e env) {
 	if t.Failed() {
 		return
 	}
-	Figure(t, "inject: %d faults at %d positions over %d operations (%d of them after the store had acted); no second send, no lost claim, every error true",
+	figures.Add(t, "inject: %d faults at %d positions over %d operations (%d of them after the store had acted); no second send, no lost claim, every error true",
 		tally.faults, tally.positions, tally.ops, tally.acted)
 }
 

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemledger/submissions/storetest"
+	"github.com/idemledger/submissions/internal/figures"
 )
 
 // A checker is only worth what it catches. Each variant below breaks the
@@ -170,7 +170,7 @@ func TestBrokenVariantsAreCaught(t *testing.T) {
 			}
 			line, _, _ := strings.Cut(string(out[bytes.Index(out, []byte("history ")):]), "\n")
 			line, _, _ = strings.Cut(line, " (SUBMISSIONS_LIN_SEED")
-			storetest.Figure(t, "caught: %s is not linearizable", line)
+			figures.Add(t, "caught: %s is not linearizable", line)
 		})
 	}
 }

@@ -22,8 +22,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/internal/figures"
 	"github.com/idemledger/submissions/pgstore"
-	"github.com/idemledger/submissions/storetest"
 )
 
 // Linearizability: clients call several ledgers that share one store, all
@@ -178,7 +178,7 @@ func checkHistories(t *testing.T, c linConfig, newLanes func(t *testing.T, h int
 		t.Fatalf("history %d (SUBMISSIONS_LIN_SEED=%d) is %s: %d operations; its visualization is in %s\n%s",
 			h, seed, verdict, len(history), path, describeIllegal(history))
 	}
-	storetest.Figure(t, "linearizable: %d histories, %d operations (%d claims, %d sends), %d clients on %d ledgers sharing one store, in %v",
+	figures.Add(t, "linearizable: %d histories, %d operations (%d claims, %d sends), %d clients on %d ledgers sharing one store, in %v",
 		c.histories, ops, claims, sends, c.clients, len(newLanes(t, 0)), time.Since(start).Round(time.Millisecond))
 }
 

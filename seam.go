@@ -1,0 +1,44 @@
+package submissions
+
+import (
+	"context"
+	"errors"
+)
+
+// backend is what a ledger runs on: a Store, plus the two steps that must
+// know which claims the ledger is sending, so that a Release never frees a
+// claim whose send is running. The memory store is a backend itself and keeps
+// those marks in its records, in the same step as each change; guard makes a
+// backend of any other Store and keeps them in the ledger's memory.
+type backend[R Fingerprinter] interface {
+	Store[R]
+
+	// claimToSend is Claim of an in-flight record for a send. If the key
+	// has a claim, it returns the claim's fingerprint as recorded (its
+	// amount as its request gave it, perhaps) and its outcome once done
+	// (nil while in flight); neither changes. Otherwise it claims the key
+	// for fp, whose amount the request gave as amount, and returns the
+	// sending that ends the claim's send; the claim is marked as being sent
+	// before anything can see it.
+	claimToSend(ctx context.Context, key string, fp Fingerprint, amount string) (held *Fingerprint, outcome *R, s sending[R], err error)
+
+	// releaseIdle is Release of key's claim, whatever its token, unless the
+	// ledger is sending it, when it returns errSending.
+	releaseIdle(ctx context.Context, key string) (rec Record[R], released bool, err error)
+}
+
+// A sending is one claim being sent, ended by settle or abandon: the ledger
+// calls one of them once, and abandon again if settle panicked. Either clears
+// the claim's mark, even if the store fails or panics; a call after the first
+// changes nothing.
+type sending[R Fingerprinter] interface {
+	// settle records outcome on the claim as Store.Settle does. When it
+	// settles nothing, standing is the outcome the claim has (which never
+	// changes), or nil when the claim is gone.
+	settle(ctx context.Context, outcome R) (standing *R, settled bool, err error)
+	// abandon records nothing: the claim stays in flight.
+	abandon()
+}
+
+// errSending is releaseIdle's refusal of a claim the ledger is sending.
+var errSending = errors.New("send running")
