@@ -93,7 +93,7 @@ func Example_railTimeout() {
 	got, _ := ledger.Submit(ctx, "req-1", w, broadcast)
 	fmt.Println(got.Status, got.TxID)
 	// Output:
-	// send for request key req-1 failed; its outcome is unknown and the key stays claimed: rail: no answer in 30s
+	// outcome unknown: request key req-1: rail: no answer in 30s
 	// true
 	// sent 0xbeef
 }
@@ -125,5 +125,36 @@ func Example_release() {
 	// claimed: false
 	// rail: sending wd-1
 	// sent
-	// idempotency conflict: request key req-1 already produced an outcome and cannot be released
+	// idempotency conflict: request key req-1 has an outcome
+}
+
+// A caller tells what to do from an error's class, never from its text:
+// refused (nothing sent), failed before sending, or money may have moved.
+func Example_errorClasses() {
+	ctx := context.Background()
+	ledger := submissions.New[Withdrawal]()
+	w := Withdrawal{ID: "wd-1", Amount: "25.00", Currency: "USDC", Address: "0xabc", Status: "approved"}
+	wrongAnswer := func(_ context.Context, w Withdrawal) (Withdrawal, error) {
+		w.Amount, w.TxID = "2500", "0xf00" // the rail answered for another amount
+		return w, nil
+	}
+	for _, call := range []func() (Withdrawal, error){
+		func() (Withdrawal, error) { return ledger.Submit(ctx, "req-1", w, wrongAnswer) },
+		func() (Withdrawal, error) { return ledger.Submit(ctx, "req-1", w, broadcast) },
+		func() (Withdrawal, error) { return ledger.Submit(ctx, "req-2", w, broadcast) },
+	} {
+		out, err := call()
+		switch {
+		case errors.Is(err, submissions.ErrOutcomeNotRecorded), errors.Is(err, submissions.ErrOutcomeUnknown):
+			fmt.Println("money may have moved, escalate:", err, "| the rail said", out.TxID)
+		case errors.Is(err, submissions.ErrStoreFailed):
+			fmt.Println("nothing sent, retry later:", err)
+		case err != nil:
+			fmt.Println("refused, nothing sent:", err)
+		}
+	}
+	// Output:
+	// money may have moved, escalate: outcome not recorded: request key req-1: answer differs in Amount | the rail said 0xf00
+	// refused, nothing sent: submission in flight: request key req-1
+	// refused, nothing sent: idempotency conflict: withdrawal wd-1 is claimed by request key req-1
 }

@@ -88,13 +88,31 @@ func differing(want *Fingerprint, got *Fingerprint) (fields int) {
 	if a, ok := canonicalAmount(got.Amount); !ok || a != want.Amount {
 		fields |= amountField
 	}
-	if c, ok := canonicalCurrency(got.Currency); !ok || c != want.Currency {
+	if !sameCurrency(want.Currency, got.Currency) {
 		fields |= currencyField
 	}
 	if got.Destination != want.Destination {
 		fields |= destinationField
 	}
 	return fields
+}
+
+// sameCurrency reports whether currency, as given, is a valid currency whose
+// canonical form is canonical (itself valid), without allocating.
+func sameCurrency(canonical, currency string) bool {
+	if len(currency) != len(canonical) {
+		return false
+	}
+	for i := 0; i < len(currency); i++ {
+		b := currency[i]
+		if b-'a' <= 'z'-'a' {
+			b -= 'a' - 'A'
+		}
+		if b != canonical[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // fieldNames names the fields of a differing result, by their Fingerprint

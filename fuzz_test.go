@@ -1,12 +1,13 @@
 package submissions
 
 import (
-	"errors"
 	"math/big"
 	"regexp"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/stretchr/testify/require"
 )
 
 // plainDecimal is rule 2's amount, said another way: digits with at most one
@@ -20,34 +21,28 @@ func value(t *testing.T, a string) *big.Rat {
 		a += "0"
 	}
 	r, ok := new(big.Rat).SetString(a)
-	if !ok {
-		t.Fatalf("big.Rat cannot read %q", a)
-	}
+	require.True(t, ok, "big.Rat reads %q", a)
 	return r
 }
 
-// FuzzAmount checks canonicalAmount against an independent reading of rule 2
-// and 3: it accepts exactly the plain positive decimals, keeps their value,
-// and its output is canonical already.
+// FuzzAmount checks canonicalAmount against an independent reading of rules
+// 2 and 3: it accepts exactly the plain positive decimals of at most
+// MaxAmountLen bytes, keeps their value, and its output is canonical already.
 func FuzzAmount(f *testing.F) {
-	for _, a := range []string{"25.00", "025", "0.50", ".5", "5.", "0", "0.0", ".", "", "-1", "1e3", "1.2.3", "100", "٢٥"} {
+	for _, a := range []string{"25.00", "025", "0.50", ".5", "5.", "0", "0.0", ".", "", "-1", "1e3", "1.2.3", "100", "٢٥", strings.Repeat("1", MaxAmountLen+1)} {
 		f.Add(a)
 	}
 	f.Fuzz(func(t *testing.T, a string) {
 		c, ok := canonicalAmount(a)
-		valid := plainDecimal.MatchString(a) && strings.Trim(a, "0.") != ""
-		if ok != valid {
-			t.Fatalf("canonicalAmount(%q): ok %v; want %v", a, ok, valid)
-		}
+		valid := len(a) <= MaxAmountLen && plainDecimal.MatchString(a) && strings.Trim(a, "0.") != ""
+		require.Equal(t, valid, ok, "canonicalAmount(%q) accepts", a)
 		if !ok {
 			return
 		}
-		if value(t, c).Cmp(value(t, a)) != 0 {
-			t.Fatalf("canonicalAmount(%q) = %q: another value", a, c)
-		}
-		if again, ok := canonicalAmount(c); !ok || again != c {
-			t.Fatalf("canonicalAmount(%q) = %q, %v; want it unchanged", c, again, ok)
-		}
+		require.Zero(t, value(t, c).Cmp(value(t, a)), "canonicalAmount(%q) = %q keeps the value", a, c)
+		again, ok := canonicalAmount(c)
+		require.True(t, ok)
+		require.Equal(t, c, again, "canonicalAmount(%q) is canonical already", c)
 	})
 }
 
@@ -64,16 +59,15 @@ func FuzzSameAmount(f *testing.F) {
 		if !okA || !okB {
 			return
 		}
-		if same := value(t, a).Cmp(value(t, b)) == 0; same != (ca == cb) {
-			t.Fatalf("%q (%q) and %q (%q): same value %v, same canonical form %v", a, ca, b, cb, same, ca == cb)
-		}
+		same := value(t, a).Cmp(value(t, b)) == 0
+		require.Equal(t, same, ca == cb, "%q (%q) and %q (%q): same value, same canonical form", a, ca, b, cb)
 	})
 }
 
-// FuzzCurrency checks rule 2 and 3 for currencies: 2-12 ASCII letters or
+// FuzzCurrency checks rules 2 and 3 for currencies: 2-12 ASCII letters or
 // digits, compared without case.
 func FuzzCurrency(f *testing.F) {
-	for _, c := range []string{"USDC", "usdc", "U", "ABCDEFGHIJKLM", "US-D", "ÜSD", "eth2"} {
+	for _, c := range []string{"USDC", "usdc", "U", "ABCDEFGHIJKLM", "US-D", "ÜSD", "eth2", "@[`{/:"} {
 		f.Add(c)
 	}
 	f.Fuzz(func(t *testing.T, c string) {
@@ -81,11 +75,9 @@ func FuzzCurrency(f *testing.F) {
 		valid := len(c) >= 2 && len(c) <= 12 && strings.IndexFunc(c, func(r rune) bool {
 			return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9')
 		}) < 0
-		if ok != valid {
-			t.Fatalf("canonicalCurrency(%q): ok %v; want %v", c, ok, valid)
-		}
-		if ok && got != strings.ToUpper(c) {
-			t.Fatalf("canonicalCurrency(%q) = %q; want %q", c, got, strings.ToUpper(c))
+		require.Equal(t, valid, ok, "canonicalCurrency(%q) accepts", c)
+		if ok {
+			require.Equal(t, strings.ToUpper(c), got)
 		}
 	})
 }
@@ -93,53 +85,69 @@ func FuzzCurrency(f *testing.F) {
 // FuzzKey checks rule 1: a key is trimmed, and refused when empty, over
 // MaxKeyLen bytes, not UTF-8, or holding a NUL byte.
 func FuzzKey(f *testing.F) {
-	for _, k := range []string{"req-1", "  req-1 ", "", " \t", "req\x00", "req-\xff", strings.Repeat("k", MaxKeyLen+1)} {
+	for _, k := range []string{"req-1", "  req-1 ", "", " \t", "req\x00", "req-\xff", strings.Repeat("k", MaxKeyLen+1), "\u00a0req\u0085"} {
 		f.Add(k)
 	}
 	f.Fuzz(func(t *testing.T, k string) {
 		got, err := validKey(k)
 		trimmed := strings.TrimSpace(k)
 		valid := trimmed != "" && len(trimmed) <= MaxKeyLen && utf8.ValidString(trimmed) && !strings.Contains(trimmed, "\x00")
-		if (err == nil) != valid {
-			t.Fatalf("validKey(%q): error %v; want valid %v", k, err, valid)
+		if !valid {
+			require.ErrorIs(t, err, ErrInvalidKey, "validKey(%q)", k)
+			return
 		}
-		if err == nil && got != trimmed {
-			t.Fatalf("validKey(%q) = %q; want %q", k, got, trimmed)
-		}
+		require.NoError(t, err, "validKey(%q)", k)
+		require.Equal(t, trimmed, got, "validKey(%q)", k)
 	})
 }
 
-// FuzzFingerprint checks a whole fingerprint as Submit checks it (normalize,
-// then checkIdentity): accepted exactly when every part is valid by the
-// readings above, refused with ErrInvalidFingerprint otherwise, never a
-// panic; and what it accepts, checked again, stays as it is.
+// FuzzFingerprint checks a whole fingerprint as the ledger checks it
+// (normalize): accepted exactly when every part is valid by the readings
+// above and within its limit, refused with ErrInvalidFingerprint otherwise,
+// never a panic; and what it accepts, checked again, stays as it is.
 func FuzzFingerprint(f *testing.F) {
 	f.Add("w-1", "25.00", "usdc", "0xabc")
 	f.Add("", "1", "EUR", "d")
 	f.Add("w\x00", "1", "EUR", "d")
 	f.Add("w", "1", "EUR", "d-\xff")
 	f.Add("w", "-1", "EU", "d")
+	f.Add(strings.Repeat("i", MaxWithdrawalIDLen+1), "1", "EUR", "d")
 	f.Fuzz(func(t *testing.T, id, amount, currency, dest string) {
 		fp := Fingerprint{WithdrawalID: id, Amount: amount, Currency: currency, Destination: dest}
 		err := normalize(&fp)
 		_, amountOK := canonicalAmount(amount)
 		_, currencyOK := canonicalCurrency(currency)
-		text := func(s string) bool { return s != "" && utf8.ValidString(s) && !strings.Contains(s, "\x00") }
-		valid := amountOK && currencyOK && text(id) && text(dest)
-		switch {
-		case (err == nil) != valid:
-			t.Fatalf("%+v: error %v; want valid %v", fp, err, valid)
-		case err != nil && !errors.Is(err, ErrInvalidFingerprint):
-			t.Fatalf("%+v: error %v; want an ErrInvalidFingerprint", fp, err)
-		case err != nil:
+		text := func(s string, limit int) bool {
+			return s != "" && len(s) <= limit && utf8.ValidString(s) && !strings.Contains(s, "\x00")
+		}
+		valid := amountOK && len(amount) <= MaxAmountLen && currencyOK && text(id, MaxWithdrawalIDLen) && text(dest, MaxDestinationLen)
+		if valid {
+			require.NoError(t, err, "%+v", fp)
+		} else {
+			require.ErrorIs(t, err, ErrInvalidFingerprint, "%+v", fp)
 			return
 		}
-		if fp.WithdrawalID != id || fp.Destination != dest {
-			t.Fatalf("%+v: the id or the destination changed", fp)
-		}
+		require.Equal(t, id, fp.WithdrawalID, "the id is kept as it is")
+		require.Equal(t, dest, fp.Destination, "the destination is kept as it is")
 		again := fp
-		if err := normalize(&again); err != nil || again != fp {
-			t.Fatalf("normalize(%+v) = %+v, %v; want it unchanged", fp, again, err)
+		require.NoError(t, normalize(&again))
+		require.Equal(t, fp, again, "a canonical fingerprint stays as it is")
+	})
+}
+
+// FuzzText checks the fast path of validText against the plain reading of
+// its rule: not empty, within the limit, valid UTF-8, no NUL byte.
+func FuzzText(f *testing.F) {
+	for _, s := range []string{"", "a", "0b7e91d4-0000-4c2f-8a6b-000000000001", "abc\x00defghijk", "abcdefgh\x80", "€uro", "\xff", "exactly8", "seventeen chars!!"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		want := s != "" && len(s) <= 64 && utf8.ValidString(s) && !strings.Contains(s, "\x00")
+		require.Equal(t, want, validText(s, 64), "validText(%q)", s)
+		if plainASCII(s) {
+			for i := 0; i < len(s); i++ {
+				require.True(t, s[i] != 0 && s[i] < utf8.RuneSelf, "plainASCII(%q) is true with byte %#x at %d", s, s[i], i)
+			}
 		}
 	})
 }

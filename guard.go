@@ -35,7 +35,7 @@ func newGuard[R Fingerprinter](st Store[R]) *guard[R] {
 	return &guard[R]{Store: st, claiming: make(map[string]*claimers), sending: make(map[claimRef]struct{})}
 }
 
-func (g *guard[R]) claimToSend(ctx context.Context, key string, fp Fingerprint, _ string) (*Fingerprint, *R, sending[R], error) {
+func (g *guard[R]) claimToSend(ctx context.Context, key string, fp Fingerprint, _, _ string) (*Fingerprint, *R, sending[R], error) {
 	g.mu.Lock()
 	c := g.claiming[key]
 	if c == nil {

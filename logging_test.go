@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/idemledger/submissions"
 )
 
@@ -20,22 +23,15 @@ func TestLogsCarryTheErrorOfAFailure(t *testing.T) {
 	failing := func(context.Context, withdrawal) (withdrawal, error) {
 		return withdrawal{}, errors.New("rail timed out")
 	}
-	if _, err := s.Submit(bg, "req-1", newWithdrawal("w-1"), failing); err == nil {
-		t.Fatal("Submit with a failing send: got nil error")
-	}
+	_, err := s.Submit(bg, "req-1", newWithdrawal("w-1"), failing)
+	require.Error(t, err)
 	for range 2 {
-		if _, err := s.Submit(bg, "req-2", newWithdrawal("w-2"), nil); err != nil {
-			t.Fatal(err)
-		}
+		_, err := s.Submit(bg, "req-2", newWithdrawal("w-2"), nil)
+		require.NoError(t, err)
 	}
 	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
-	if len(lines) != 2 {
-		t.Fatalf("log lines: got %d; want 2 (the failed send, the replay)\n%s", len(lines), logs.String())
-	}
-	if l := lines[0]; !strings.Contains(l, "level=WARN") || !strings.Contains(l, "key=req-1 withdrawal=w-1 error=") || !strings.Contains(l, "rail timed out") {
-		t.Errorf("the failed send's line: got\n%s\nwant level=WARN, the key, the withdrawal and the error", l)
-	}
-	if l := lines[1]; !strings.Contains(l, "level=INFO") || !strings.HasSuffix(l, `msg="submission replayed" key=req-2 withdrawal=w-2`) {
-		t.Errorf("the replay's line: got\n%s\nwant level=INFO, the key and the withdrawal, and no error", l)
-	}
+	require.Len(t, lines, 2, "log lines: the failed send, the replay\n%s", logs.String())
+	assert.Contains(t, lines[0], `level=WARN msg="outcome unknown" key=req-1 withdrawal=w-1 error="outcome unknown: request key req-1: rail timed out"`)
+	assert.Contains(t, lines[1], "level=INFO")
+	assert.True(t, strings.HasSuffix(lines[1], `msg="submission replayed" key=req-2 withdrawal=w-2`), "the replay's line, with no error: %s", lines[1])
 }

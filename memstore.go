@@ -21,10 +21,10 @@ type memStore[R Fingerprinter] struct {
 // one.
 type entry[R Fingerprinter] struct {
 	store *memStore[R]
-	// fp is the claim's fingerprint, canonical but for its Amount, which is
-	// the amount as the claiming request gave it, for replay; record()
-	// returns it canonical. An amount that starts with a point is kept
-	// canonical, because its canonical form is a new string.
+	// fp is the claim's fingerprint with its Amount and Currency as the
+	// claiming request spelled them, for replay; record() returns it
+	// canonical. An amount that starts with a point is kept canonical, as its
+	// canonical form is a new string.
 	fp       Fingerprint
 	outcome  R     // never changes once done
 	token    Token // never changes
@@ -43,6 +43,7 @@ func NewMemoryStore[R Fingerprinter]() Store[R] {
 func (e *entry[R]) record() Record[R] {
 	fp := e.fp
 	fp.Amount, _ = canonicalAmount(fp.Amount)
+	fp.Currency, _ = canonicalCurrency(fp.Currency)
 	return Record[R]{Fingerprint: fp, Outcome: e.outcome, Done: e.done, Token: e.token}
 }
 
@@ -53,7 +54,7 @@ func (m *memStore[R]) Claim(_ context.Context, key string, fp Fingerprint, outco
 	if e, ok := m.keys[key]; ok {
 		return e.record(), false, nil
 	}
-	e, err := m.claim(key, &fp, fp.Amount, outcome)
+	e, err := m.claim(key, &fp, fp.Amount, fp.Currency, outcome)
 	if err != nil {
 		return Record[R]{}, false, err
 	}
@@ -75,7 +76,7 @@ func (m *memStore[R]) replay(key string, given *Fingerprint) (*R, bool) {
 	return &e.outcome, true
 }
 
-func (m *memStore[R]) claimToSend(_ context.Context, key string, fp Fingerprint, amount string) (*Fingerprint, *R, sending[R], error) {
+func (m *memStore[R]) claimToSend(_ context.Context, key string, fp Fingerprint, amount, currency string) (*Fingerprint, *R, sending[R], error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if e, ok := m.keys[key]; ok {
@@ -84,7 +85,7 @@ func (m *memStore[R]) claimToSend(_ context.Context, key string, fp Fingerprint,
 		}
 		return &e.fp, nil, nil, nil
 	}
-	e, err := m.claim(key, &fp, amount, nil)
+	e, err := m.claim(key, &fp, amount, currency, nil)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -92,10 +93,11 @@ func (m *memStore[R]) claimToSend(_ context.Context, key string, fp Fingerprint,
 	return nil, nil, e, nil
 }
 
-// claim makes key's claim of fp, whose amount was given as amount, under a
-// new token, and claims its withdrawal; or it returns a *ConflictError. The
-// caller holds m.mu and has found no claim of key.
-func (m *memStore[R]) claim(key string, fp *Fingerprint, amount string, outcome *R) (*entry[R], error) {
+// claim makes key's claim of fp, whose amount and currency the request
+// spelled as amount and currency, under a new token, and claims its
+// withdrawal; or it returns a *ConflictError. The caller holds m.mu and has
+// found no claim of key.
+func (m *memStore[R]) claim(key string, fp *Fingerprint, amount, currency string, outcome *R) (*entry[R], error) {
 	if m.keys == nil {
 		m.keys, m.claims = make(map[string]*entry[R]), make(claims)
 	}
@@ -104,9 +106,10 @@ func (m *memStore[R]) claim(key string, fp *Fingerprint, amount string, outcome 
 	}
 	m.tokens++
 	e := &entry[R]{store: m, fp: *fp, token: m.tokens}
-	if amount != "" && amount[0] != '.' {
+	if amount[0] != '.' {
 		e.fp.Amount = amount
 	}
+	e.fp.Currency = currency
 	if outcome != nil {
 		e.outcome, e.done = *outcome, true
 	}

@@ -15,12 +15,12 @@ type backend[R Fingerprinter] interface {
 
 	// claimToSend is Claim of an in-flight record for a send. If the key
 	// has a claim, it returns the claim's fingerprint as recorded (its
-	// amount as its request gave it, perhaps) and its outcome once done
-	// (nil while in flight); neither changes. Otherwise it claims the key
-	// for fp, whose amount the request gave as amount, and returns the
-	// sending that ends the claim's send; the claim is marked as being sent
-	// before anything can see it.
-	claimToSend(ctx context.Context, key string, fp Fingerprint, amount string) (held *Fingerprint, outcome *R, s sending[R], err error)
+	// amount and currency perhaps as its request spelled them) and its
+	// outcome once done (nil while in flight); neither changes. Otherwise it
+	// claims the key for fp, whose amount and currency the request spelled
+	// as amount and currency, and returns the sending that ends the claim's
+	// send; the claim is marked as being sent before anything can see it.
+	claimToSend(ctx context.Context, key string, fp Fingerprint, amount, currency string) (held *Fingerprint, outcome *R, s sending[R], err error)
 
 	// releaseIdle is Release of key's claim, whatever its token, unless the
 	// ledger is sending it, when it returns errSending.

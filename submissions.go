@@ -107,7 +107,7 @@ func (s *Submissions[R]) Submit(ctx context.Context, key string, req R,
 	if err := normalize(&fp); err != nil {
 		return zero, err
 	}
-	held, outcome, sending, err := be.claimToSend(ctx, key, fp, given.Amount)
+	held, outcome, sending, err := be.claimToSend(ctx, key, fp, given.Amount, given.Currency)
 	switch {
 	case err != nil:
 		return zero, storeFailed(key, "claim", err)

@@ -9,15 +9,21 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/idemledger/submissions"
 	"github.com/idemledger/submissions/storetest"
 )
 
 // The rules of the ledger are tested by storetest, against the memory store
-// as New uses it, and again behind the Store interface, as the ledger runs any
+// as New uses it and again behind the Store interface, as the ledger runs any
 // other store. This file has the tests of what is the root package's alone.
 
-var bg = context.Background()
+var (
+	bg    = context.Background()
+	quiet = submissions.WithLogger(slog.New(slog.DiscardHandler))
+)
 
 type withdrawal = storetest.Withdrawal
 
@@ -40,10 +46,12 @@ func newWithdrawal(id string) withdrawal {
 	return withdrawal{ID: id, Amount: "25.00", Currency: "USDC", Dest: "0xabc", State: "approved"}
 }
 
-func wantErr(t *testing.T, err, target error) {
-	t.Helper()
-	if !errors.Is(err, target) {
-		t.Fatalf("error: got %v; want %v", err, target)
+// ledgers returns a ledger of each kind: in memory, and on a store it runs
+// through the Store interface.
+func ledgers[R submissions.Fingerprinter]() map[string]*submissions.Submissions[R] {
+	return map[string]*submissions.Submissions[R]{
+		"memory":               submissions.New[R](quiet),
+		"behind the interface": submissions.NewWithStore[R](struct{ submissions.Store[R] }{submissions.NewMemoryStore[R]()}, quiet),
 	}
 }
 
@@ -52,30 +60,22 @@ func TestZeroValueLedgerWorks(t *testing.T) {
 	sends := 0
 	send := func(_ context.Context, w withdrawal) (withdrawal, error) { sends++; return w, nil }
 	w := newWithdrawal("w-1")
-	if err := s.Release(bg, "req-1"); err != nil {
-		t.Fatalf("Release on the zero value: %v", err)
-	}
+	require.NoError(t, s.Release(bg, "req-1"), "Release on the zero value")
 	for range 2 {
-		if _, err := s.Submit(bg, "req-1", w, send); err != nil {
-			t.Fatal(err)
-		}
+		_, err := s.Submit(bg, "req-1", w, send)
+		require.NoError(t, err)
 	}
 	_, err := s.Submit(bg, "req-2", w, send)
 	var conflict *submissions.ConflictError
-	if !errors.As(err, &conflict) || conflict.Holder != "req-1" {
-		t.Fatalf("Submit under another key: got %v; want a *ConflictError naming req-1", err)
-	}
-	if sends != 1 {
-		t.Fatalf("sends: got %d; want 1", sends)
-	}
+	require.ErrorAs(t, err, &conflict)
+	require.Equal(t, "req-1", conflict.Holder)
+	require.Equal(t, 1, sends)
 
 	var fresh submissions.Submissions[withdrawal]
-	if err := fresh.Resolve(bg, "req-1", w); err != nil {
-		t.Fatalf("Resolve on the zero value: %v", err)
-	}
-	if holder, _, _ := fresh.ClaimedBy(bg, "w-1"); holder != "req-1" {
-		t.Fatalf("ClaimedBy after Resolve: got %q; want req-1", holder)
-	}
+	require.NoError(t, fresh.Resolve(bg, "req-1", w), "Resolve on the zero value")
+	holder, _, err := fresh.ClaimedBy(bg, "w-1")
+	require.NoError(t, err)
+	require.Equal(t, "req-1", holder)
 }
 
 func TestDefaultLoggerIsSlogDefault(t *testing.T) {
@@ -92,28 +92,82 @@ func TestDefaultLoggerIsSlogDefault(t *testing.T) {
 	} {
 		key := "req-" + strings.ReplaceAll(name, " ", "-")
 		for range 2 {
-			if _, err := s.Submit(bg, key, newWithdrawal("w-"+key), nil); err != nil {
-				t.Fatal(err)
-			}
+			_, err := s.Submit(bg, key, newWithdrawal("w-"+key), nil)
+			require.NoError(t, err)
 		}
-		if got := strings.Count(logs.String(), "msg=\"submission replayed\" key="+key+" "); got != 1 {
-			t.Errorf("%s: replays logged to slog.Default(): got %d; want 1\n%s", name, got, logs.String())
-		}
+		assert.Equal(t, 1, strings.Count(logs.String(), `msg="submission replayed" key=`+key+" "),
+			"%s: replays logged to slog.Default()\n%s", name, logs.String())
 	}
 }
 
 func TestNewWithStoreRefusesNil(t *testing.T) {
-	defer func() {
-		if recover() == nil {
-			t.Fatal("NewWithStore(nil): got no panic; want one")
-		}
-	}()
-	submissions.NewWithStore[withdrawal](nil)
+	require.PanicsWithValue(t, "submissions: NewWithStore with a nil Store", func() {
+		submissions.NewWithStore[withdrawal](nil)
+	})
+}
+
+// payout is a withdrawal type used through a pointer, whose nil value has no
+// fingerprint.
+type payout struct {
+	ID, TxHash string
+}
+
+func (p *payout) Fingerprint() submissions.Fingerprint {
+	return submissions.Fingerprint{WithdrawalID: p.ID, Amount: "10", Currency: "EUR", Destination: "DE89"}
+}
+
+// TestNilIsNeitherARequestNorAnAnswer: with a pointer type for R, a nil
+// request or outcome is refused as an invalid fingerprint, and a send that
+// answers nil gave no answer: the outcome is unknown, and the key stays
+// claimed. None of them panics inside the ledger.
+func TestNilIsNeitherARequestNorAnAnswer(t *testing.T) {
+	for name, s := range ledgers[*payout]() {
+		t.Run(name, func(t *testing.T) {
+			sends := 0
+			nilAnswer := func(context.Context, *payout) (*payout, error) { sends++; return nil, nil }
+			_, err := s.Submit(bg, "req-0", nil, nilAnswer)
+			require.ErrorIs(t, err, submissions.ErrInvalidFingerprint)
+			require.ErrorIs(t, s.Resolve(bg, "req-0", nil), submissions.ErrInvalidFingerprint)
+			require.Zero(t, sends)
+
+			out, err := s.Submit(bg, "req-1", &payout{ID: "w-1"}, nilAnswer)
+			require.ErrorIs(t, err, submissions.ErrOutcomeUnknown)
+			require.Nil(t, out)
+			require.Equal(t, 1, sends)
+			_, err = s.Submit(bg, "req-1", &payout{ID: "w-1"}, nilAnswer)
+			require.ErrorIs(t, err, submissions.ErrSubmissionInFlight)
+			_, err = s.Submit(bg, "req-2", &payout{ID: "w-1"}, nilAnswer)
+			require.ErrorIs(t, err, submissions.ErrIdempotencyConflict)
+			require.Equal(t, 1, sends)
+			found := &payout{ID: "w-1", TxHash: "0xfound"}
+			require.NoError(t, s.Resolve(bg, "req-1", found))
+			got, err := s.Submit(bg, "req-1", &payout{ID: "w-1"}, nilAnswer)
+			require.NoError(t, err)
+			require.Equal(t, found, got)
+		})
+	}
+}
+
+// account is a withdrawal type that is an interface, whose zero value is nil.
+type account interface{ submissions.Fingerprinter }
+
+func TestNilInterfaceIsNoRequest(t *testing.T) {
+	for name, s := range ledgers[account]() {
+		t.Run(name, func(t *testing.T) {
+			_, err := s.Submit(bg, "req-1", nil, nil)
+			require.ErrorIs(t, err, submissions.ErrInvalidFingerprint)
+			require.ErrorIs(t, s.Resolve(bg, "req-1", nil), submissions.ErrInvalidFingerprint)
+			out, err := s.Submit(bg, "req-2", &payout{ID: "w-2"}, func(context.Context, account) (account, error) { return nil, nil })
+			require.ErrorIs(t, err, submissions.ErrOutcomeUnknown)
+			require.Nil(t, out)
+		})
+	}
 }
 
 type receipt struct {
 	ID     string `json:"id"`
 	TxHash string `json:"tx_hash"`
+	Fee    json.Number
 	seen   int
 }
 
@@ -122,14 +176,13 @@ func (r receipt) Fingerprint() submissions.Fingerprint {
 }
 
 func TestSameOutcomeMeansEqualJSON(t *testing.T) {
-	s := submissions.New[receipt]()
-	if err := s.Resolve(bg, "req-1", receipt{ID: "w-1", TxHash: "0xa", seen: 1}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Resolve(bg, "req-1", receipt{ID: "w-1", TxHash: "0xa", seen: 2}); err != nil {
-		t.Fatalf("Resolve with an equal JSON encoding: %v", err)
-	}
-	wantErr(t, s.Resolve(bg, "req-1", receipt{ID: "w-1", TxHash: "0xb"}), submissions.ErrIdempotencyConflict)
+	s := submissions.New[receipt](quiet)
+	require.NoError(t, s.Resolve(bg, "req-1", receipt{ID: "w-1", TxHash: "0xa", Fee: "0.10", seen: 1}))
+	require.NoError(t, s.Resolve(bg, "req-1", receipt{ID: "w-1", TxHash: "0xa", Fee: "0.10", seen: 2}),
+		"an outcome whose JSON encoding is the same, unexported fields aside")
+	err := s.Resolve(bg, "req-1", receipt{ID: "w-1", TxHash: "0xa", Fee: "0.1"})
+	require.ErrorIs(t, err, submissions.ErrIdempotencyConflict, "numbers compare as written")
+	require.ErrorIs(t, s.Resolve(bg, "req-1", receipt{ID: "w-1", TxHash: "0xb", Fee: "0.10"}), submissions.ErrIdempotencyConflict)
 }
 
 type unencodable struct {
@@ -142,42 +195,68 @@ func (u unencodable) Fingerprint() submissions.Fingerprint {
 }
 
 func TestOutcomesThatCannotBeEncodedAreNeverTheSame(t *testing.T) {
-	s := submissions.New[unencodable]()
+	s := submissions.New[unencodable](quiet)
 	u := unencodable{ID: "w-1"}
-	if err := s.Resolve(bg, "req-1", u); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, s.Resolve(bg, "req-1", u))
 	err := s.Resolve(bg, "req-1", u)
-	wantErr(t, err, submissions.ErrIdempotencyConflict)
+	require.ErrorIs(t, err, submissions.ErrIdempotencyConflict)
 	var jerr *json.UnsupportedTypeError
-	if !errors.As(err, &jerr) {
-		t.Fatalf("error: got %v; want it to wrap the encoding error", err)
+	require.ErrorAs(t, err, &jerr, "the error wraps the encoding error")
+}
+
+// TestErrorStringsAreShortAndStable holds the texts callers may see in
+// logs: each names the key, the class, and what happened, in a line.
+func TestErrorStringsAreShortAndStable(t *testing.T) {
+	s := submissions.New[withdrawal](quiet)
+	w := newWithdrawal("w-1")
+	_, err := s.Submit(bg, "req-1", w, nil)
+	require.NoError(t, err)
+	_, reused := s.Submit(bg, "req-1", newWithdrawal("w-2"), nil)
+	_, second := s.Submit(bg, "req-2", w, nil)
+	_, invalidKey := s.Submit(bg, " ", w, nil)
+	_, invalidAmount := s.Submit(bg, "req-3", withdrawal{ID: "w-3", Amount: "1e3", Currency: "EUR", Dest: "d"}, nil)
+	_, unknown := s.Submit(bg, "req-4", newWithdrawal("w-4"), func(context.Context, withdrawal) (withdrawal, error) {
+		return withdrawal{}, errors.New("rail timed out")
+	})
+	_, inFlight := s.Submit(bg, "req-4", newWithdrawal("w-4"), nil)
+	_, notRecorded := s.Submit(bg, "req-5", newWithdrawal("w-5"), func(_ context.Context, w withdrawal) (withdrawal, error) {
+		w.Amount = "26"
+		return w, nil
+	})
+	for want, err := range map[string]error{
+		"idempotency conflict: request key req-1 belongs to another withdrawal": reused,
+		"idempotency conflict: withdrawal w-1 is claimed by request key req-1":  second,
+		"invalid request key: empty": invalidKey,
+		"invalid fingerprint: Amount: not a positive decimal of at most 100 bytes": invalidAmount,
+		"outcome unknown: request key req-4: rail timed out":                       unknown,
+		"submission in flight: request key req-4":                                  inFlight,
+		"outcome not recorded: request key req-5: answer differs in Amount":        notRecorded,
+		"idempotency conflict: request key req-1 has an outcome":                   s.Release(bg, "req-1"),
+		"idempotency conflict: request key req-1 has another outcome":              s.Resolve(bg, "req-1", withdrawal{ID: "w-1", Amount: "25", Currency: "USDC", Dest: "0xabc", TxHash: "0xother"}),
+	} {
+		assert.EqualError(t, err, want)
 	}
 }
 
-func TestErrorMessages(t *testing.T) {
-	err := &submissions.ConflictError{Holder: "req-1", Key: "req-2", WithdrawalID: "w-1"}
-	if got, want := err.Error(), "idempotency conflict: withdrawal w-1 is claimed by request key req-1"; got != want {
-		t.Fatalf("got %q; want %q", got, want)
-	}
-}
-
+// TestReplayDoesNotAllocate: a replay allocates nothing, whether it repeats
+// the first request byte for byte or spells its amount another way. (A
+// currency in lower case costs one allocation, for its canonical form.)
 func TestReplayDoesNotAllocate(t *testing.T) {
-	s := submissions.New[withdrawal](submissions.WithLogger(slog.New(slog.DiscardHandler)))
-	first := withdrawal{ID: "w-1", Amount: "025.50", Currency: "usdc", Dest: "0xabc"}
-	if _, err := s.Submit(bg, "req-1", first, nil); err != nil {
-		t.Fatal(err)
-	}
-	for _, amount := range []string{"25.5", "25.50", "0025.500"} { // canonical, or a substring of it away
-		w := first
-		w.Amount, w.Currency = amount, "USDC"
-		allocs := testing.AllocsPerRun(100, func() {
-			if _, err := s.Submit(bg, "req-1", w, nil); err != nil {
-				t.Fatal(err)
-			}
-		})
-		if allocs != 0 {
-			t.Errorf("allocations per replay of amount %q: got %v; want 0", amount, allocs)
+	for name, s := range ledgers[withdrawal]() {
+		if name != "memory" {
+			continue // behind the interface a replay copies the record
+		}
+		first := withdrawal{ID: "w-1", Amount: "025.50", Currency: "usdc", Dest: "0xabc"}
+		_, err := s.Submit(bg, "req-1", first, nil)
+		require.NoError(t, err)
+		for _, amount := range []string{"025.50", "25.5", "25.50", "0025.500"} { // as given, canonical, or a substring of it away
+			w := first
+			w.Amount, w.Currency = amount, "USDC"
+			allocs := testing.AllocsPerRun(100, func() {
+				_, err := s.Submit(bg, "req-1", w, nil)
+				require.NoError(t, err)
+			})
+			assert.Zero(t, allocs, "allocations per replay of amount %q", amount)
 		}
 	}
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/idemledger/submissions"
 )
@@ -45,16 +47,16 @@ type rail struct {
 	calls atomic.Int64
 }
 
+// send moves the money and answers with w sent under transaction 0xtx-<id>.
 func (r *rail) send(_ context.Context, w Withdrawal) (Withdrawal, error) {
 	r.calls.Add(1)
 	return w.sent("0xtx-" + w.ID), nil
 }
 
-func (r *rail) wantCalls(t *testing.T, want int64) {
+// requireSends stops t unless the rail moved money want times.
+func (r *rail) requireSends(t *testing.T, want int64) {
 	t.Helper()
-	if got := r.calls.Load(); got != want {
-		t.Fatalf("rail calls: got %d; want %d", got, want)
-	}
+	require.Equal(t, want, r.calls.Load(), "rail sends")
 }
 
 // errRail is what a failing send returns.
@@ -62,12 +64,79 @@ var errRail = errors.New("rail timed out")
 
 func failing(context.Context, Withdrawal) (Withdrawal, error) { return Withdrawal{}, errRail }
 
+// blocking returns a send that says it has started, then waits for finish
+// before it answers as r.send does.
+func (r *rail) blocking(started chan<- struct{}, finish <-chan struct{}) func(context.Context, Withdrawal) (Withdrawal, error) {
+	return func(ctx context.Context, w Withdrawal) (Withdrawal, error) {
+		close(started)
+		<-finish
+		return r.send(ctx, w)
+	}
+}
+
 // strand submits w under key with a failing send, which leaves the key
 // claimed with no outcome.
 func strand(t *testing.T, s *submissions.Submissions[Withdrawal], key string, w Withdrawal) {
 	t.Helper()
 	_, err := s.Submit(bg, key, w, failing)
-	wantErr(t, err, errRail)
+	require.ErrorIs(t, err, errRail)
+	require.ErrorIs(t, err, submissions.ErrOutcomeUnknown)
+}
+
+// requireConflict stops t unless err is a *ConflictError that names holder.
+func requireConflict(t *testing.T, err error, holder string) *submissions.ConflictError {
+	t.Helper()
+	var ce *submissions.ConflictError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, holder, ce.Holder, "Holder")
+	require.ErrorIs(t, err, submissions.ErrIdempotencyConflict)
+	require.Contains(t, err.Error(), holder, "the error names the holder")
+	return ce
+}
+
+// requireOutcome stops t unless key's outcome is want, or unknown when ok is
+// false.
+func requireOutcome(t *testing.T, s *submissions.Submissions[Withdrawal], key string, want Withdrawal, ok bool) {
+	t.Helper()
+	got, found, err := s.Outcome(bg, key)
+	require.NoError(t, err, "Outcome(%q)", key)
+	require.Equal(t, ok, found, "Outcome(%q) found", key)
+	require.Equal(t, want, got, "Outcome(%q)", key)
+}
+
+// requireHolder stops t unless id is claimed by holder, or by no key when
+// holder is "".
+func requireHolder(t *testing.T, s *submissions.Submissions[Withdrawal], id, holder string) {
+	t.Helper()
+	got, ok, err := s.ClaimedBy(bg, id)
+	require.NoError(t, err, "ClaimedBy(%q)", id)
+	require.Equal(t, holder != "", ok, "ClaimedBy(%q) found", id)
+	require.Equal(t, holder, got, "ClaimedBy(%q)", id)
+}
+
+// requireKeptClaim stops t unless key is claimed for w with no outcome: a
+// retry is in flight, another key is refused naming it, and nothing is sent.
+func requireKeptClaim(t *testing.T, s *submissions.Submissions[Withdrawal], key string, w Withdrawal) {
+	t.Helper()
+	r := &rail{}
+	_, err := s.Submit(bg, key, w, r.send)
+	require.ErrorIs(t, err, submissions.ErrSubmissionInFlight)
+	_, err = s.Submit(bg, "other-"+key, w, r.send)
+	requireConflict(t, err, key)
+	requireOutcome(t, s, key, Withdrawal{}, false)
+	requireHolder(t, s, w.ID, key)
+	r.requireSends(t, 0)
+}
+
+// requireRefusal stops t unless err is a refusal, and a refusal only: it
+// wraps want and none of the classes that say money may have moved or the
+// store failed.
+func requireRefusal(t *testing.T, err, want error) {
+	t.Helper()
+	require.ErrorIs(t, err, want)
+	for _, other := range []error{submissions.ErrOutcomeUnknown, submissions.ErrOutcomeNotRecorded, submissions.ErrStoreFailed} {
+		assert.NotErrorIs(t, err, other)
+	}
 }
 
 // logs is a slog.Handler that keeps what it is given.
@@ -97,69 +166,21 @@ func (l *logs) Handle(_ context.Context, r slog.Record) error {
 	return nil
 }
 
-// find returns the entries at level whose attributes include all of attrs.
-func (l *logs) find(level slog.Level, attrs map[string]string) []entry {
+// at returns the entries at level about key and withdrawal id.
+func (l *logs) at(level slog.Level, key, id string) []entry {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var found []entry
-next:
 	for _, e := range l.entries {
-		if e.level != level {
-			continue
+		if e.level == level && e.attrs["key"] == key && e.attrs["withdrawal"] == id {
+			found = append(found, e)
 		}
-		for k, v := range attrs {
-			if e.attrs[k] != v {
-				continue next
-			}
-		}
-		found = append(found, e)
 	}
 	return found
 }
 
-func wantErr(t *testing.T, err, target error) {
+// requireWarned stops t unless one Warn entry names key and id.
+func (l *logs) requireWarned(t *testing.T, key, id string) {
 	t.Helper()
-	if !errors.Is(err, target) {
-		t.Fatalf("error: got %v; want %v", err, target)
-	}
-}
-
-func wantConflict(t *testing.T, err error, holder string) *submissions.ConflictError {
-	t.Helper()
-	var ce *submissions.ConflictError
-	if !errors.As(err, &ce) {
-		t.Fatalf("error: got %v; want a *ConflictError", err)
-	}
-	if ce.Holder != holder {
-		t.Fatalf("Holder: got %q; want %q", ce.Holder, holder)
-	}
-	if !errors.Is(err, submissions.ErrIdempotencyConflict) {
-		t.Fatalf("errors.Is(%v, ErrIdempotencyConflict): got false; want true", err)
-	}
-	if !strings.Contains(err.Error(), holder) {
-		t.Fatalf("error: got %q; want it to name the holder %q", err, holder)
-	}
-	return ce
-}
-
-func wantOutcome(t *testing.T, s *submissions.Submissions[Withdrawal], key string, want Withdrawal, wantOK bool) {
-	t.Helper()
-	got, ok, err := s.Outcome(context.Background(), key)
-	if err != nil {
-		t.Fatalf("Outcome(%q): %v", key, err)
-	}
-	if ok != wantOK || got != want {
-		t.Fatalf("Outcome(%q): got %+v, %v; want %+v, %v", key, got, ok, want, wantOK)
-	}
-}
-
-func wantHolder(t *testing.T, s *submissions.Submissions[Withdrawal], id, want string) {
-	t.Helper()
-	got, ok, err := s.ClaimedBy(context.Background(), id)
-	if err != nil {
-		t.Fatalf("ClaimedBy(%q): %v", id, err)
-	}
-	if ok != (want != "") || got != want {
-		t.Fatalf("ClaimedBy(%q): got %q, %v; want %q", id, got, ok, want)
-	}
+	require.Len(t, l.at(slog.LevelWarn, key, id), 1, "Warn entries naming %s and %s", key, id)
 }

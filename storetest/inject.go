@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/idemledger/submissions"
 	"github.com/idemledger/submissions/internal/figures"
 )
@@ -17,9 +19,10 @@ import (
 // to count its store calls, then again from the same starting state with one
 // fault at each of those calls in turn, of each kind. After every fault the
 // test checks that the rail moved money at most once, that money that moved
-// is still claimed, and that the error says what is known; then it recovers
-// the way an operator would and checks that the withdrawal ends sent exactly
-// once, with the rail's answer recorded.
+// is still claimed, and that the error's class says what is known; then it
+// recovers the way an operator would, checks that the withdrawal ends sent
+// exactly once with the rail's answer recorded, and that the ledger's own
+// bookkeeping is whole.
 
 // faultKind is a way a store call fails.
 type faultKind int
@@ -39,8 +42,16 @@ const (
 	// faultReplyLost: the call runs and takes effect, then its reply is lost
 	// (the connection drops after the commit): the caller gets an error.
 	faultReplyLost
+	// faultPanic: the call panics before it reaches the store.
+	faultPanic
+	// faultPanicAfter: the call takes effect, then panics (a codec that
+	// panics decoding the reply, say).
+	faultPanicAfter
 	faultKinds
 )
+
+// errPanic is the value an injected panic panics with.
+var errPanic = errors.New("storetest: injected panic")
 
 var (
 	errInjected = errors.New("storetest: injected store failure (connection refused)")
@@ -48,13 +59,16 @@ var (
 )
 
 func (k faultKind) String() string {
-	return [...]string{"error", "timeout", "cancelled", "reply lost"}[k]
+	return [...]string{"error", "timeout", "cancelled", "reply lost", "panic", "panic after acting"}[k]
 }
 
-// target is the error the operation's error must wrap after a fault of k.
+// target is the error the operation's error must wrap after a fault of k,
+// or the value it panics with.
 func (k faultKind) target() error {
-	return [...]error{errInjected, context.DeadlineExceeded, context.Canceled, errLost}[k]
+	return [...]error{errInjected, context.DeadlineExceeded, context.Canceled, errLost, errPanic, errPanic}[k]
 }
+
+func (k faultKind) panics() bool { return k == faultPanic || k == faultPanicAfter }
 
 // injector wraps a store: it counts the calls made through it and fails the
 // one numbered at (from 1), once. A ledger runs it as it runs any Store.
@@ -116,6 +130,12 @@ func inject[T any](ctx context.Context, f *injector, method string, call func(co
 		_, err = call(ctx)
 		f.setActed(!errors.Is(err, ctx.Err()))
 		return zero, ended(prefix, err, ctx.Err())
+	case faultPanic:
+		panic(errPanic)
+	case faultPanicAfter:
+		_, _ = call(ctx)
+		f.setActed(true)
+		panic(errPanic)
 	}
 	_, err = call(ctx) // faultReplyLost
 	f.setActed(true)
@@ -162,9 +182,9 @@ func (f *injector) Claim(ctx context.Context, key string, fp submissions.Fingerp
 	return r.rec, r.ok, err
 }
 
-func (f *injector) Settle(ctx context.Context, key string, fp submissions.Token, outcome Withdrawal) (submissions.Record[Withdrawal], bool, error) {
+func (f *injector) Settle(ctx context.Context, key string, token submissions.Token, outcome Withdrawal) (submissions.Record[Withdrawal], bool, error) {
 	r, err := inject(ctx, f, "Settle", func(ctx context.Context) (reply, error) {
-		rec, ok, err := f.store.Settle(ctx, key, fp, outcome)
+		rec, ok, err := f.store.Settle(ctx, key, token, outcome)
 		return reply{rec, ok}, err
 	})
 	return r.rec, r.ok, err
@@ -200,10 +220,11 @@ func (f *injector) ClaimedBy(ctx context.Context, withdrawalID string) (string, 
 
 // result is what an operation returned.
 type result struct {
-	out    Withdrawal // Submit's outcome, Outcome's outcome
-	ok     bool       // Outcome's and ClaimedBy's ok
-	holder string     // ClaimedBy's key
-	err    error
+	out      Withdrawal // Submit's outcome, Outcome's outcome
+	ok       bool       // Outcome's and ClaimedBy's ok
+	holder   string     // ClaimedBy's key
+	err      error
+	panicked any // what the operation panicked with, if it did
 }
 
 // opKind says what an operation is, for its checks and its recovery.
@@ -238,9 +259,8 @@ func startEmpty(*testing.T, *ledger, *rail) {}
 
 func startDone(t *testing.T, s *ledger, r *rail) {
 	t.Helper()
-	if _, err := s.Submit(bg, "req-1", injW, r.send); err != nil {
-		t.Fatalf("start: Submit: %v", err)
-	}
+	_, err := s.Submit(bg, "req-1", injW, r.send)
+	require.NoError(t, err, "start: Submit")
 }
 
 // startInFlightSent: the rail moved the money, then the send failed.
@@ -250,7 +270,7 @@ func startInFlightSent(t *testing.T, s *ledger, r *rail) {
 		_, _ = r.send(ctx, w)
 		return Withdrawal{}, errRail
 	})
-	wantErr(t, err, errRail)
+	require.ErrorIs(t, err, errRail)
 }
 
 // startInFlightUnsent: the send failed before the rail moved anything.
@@ -341,40 +361,39 @@ var injectCases = []injectCase{
 	}},
 }
 
-// faults is the fault injection group of the suite.
-var faults = []test{
+// faultTests is the fault injection group of the suite.
+var faultTests = []test{
 	{"FaultAtEveryStoreCall", testFaultAtEveryStoreCall},
 }
 
 // injectTally counts what the test did.
 type injectTally struct {
-	faults, positions, ops, acted int
+	faults, positions, ops, acted, panics int
 }
 
-func testFaultAtEveryStoreCall(t *testing.T, e env) {
+func testFaultAtEveryStoreCall(t *testing.T, newStore Factory) {
 	var tally injectTally
 	for _, c := range injectCases {
 		t.Run(c.name, func(t *testing.T) {
 			// Without faults: count the operation's store calls.
-			f, s, r := injectSetUp(t, e, c)
+			f, s, r := injectSetUp(t, newStore, c)
 			f.arm(0, 0, nil)
-			res := c.op(bg, s, r)
+			res := run(bg, c, s, r)
 			calls, _, _ := f.count()
-			if err := c.want(res); err != nil {
-				t.Fatalf("without faults: %v", err)
-			}
-			if calls == 0 {
-				t.Fatal("without faults: the operation made no store call")
-			}
+			require.NoError(t, c.want(res), "without faults")
+			require.NotZero(t, calls, "without faults: the operation's store calls")
 			tally.ops++
 			tally.positions += calls
 			for at := 1; at <= calls; at++ {
 				for kind := range faultKinds {
 					t.Run(fmt.Sprintf("call%d-%s", at, strings.ReplaceAll(kind.String(), " ", "-")), func(t *testing.T) {
-						acted := injectOne(t, e, c, at, kind)
+						acted := injectOne(t, newStore, c, at, kind)
 						tally.faults++
 						if acted {
 							tally.acted++
+						}
+						if kind.panics() {
+							tally.panics++
 						}
 					})
 				}
@@ -384,15 +403,25 @@ func testFaultAtEveryStoreCall(t *testing.T, e env) {
 	if t.Failed() {
 		return
 	}
-	figures.Add(t, "inject: %d faults at %d positions over %d operations (%d of them after the store had acted); no second send, no lost claim, every error true",
-		tally.faults, tally.positions, tally.ops, tally.acted)
+	figures.Add(t, "inject: %d faults (%d of them panics) at %d positions over %d operations (%d after the store had acted); no second send, no lost claim, every error of the class that says what is known, the ledger whole after each",
+		tally.faults, tally.panics, tally.positions, tally.ops, tally.acted)
+}
+
+// run runs c's operation, and recovers what it panics with into the result.
+func run(ctx context.Context, c injectCase, s *ledger, r *rail) (res result) {
+	defer func() {
+		if p := recover(); p != nil {
+			res = result{panicked: p}
+		}
+	}()
+	return c.op(ctx, s, r)
 }
 
 // injectSetUp returns a new store behind an injector, a ledger on it, and a
 // rail, in c's starting state.
-func injectSetUp(t *testing.T, e env, c injectCase) (*injector, *ledger, *rail) {
+func injectSetUp(t *testing.T, newStore Factory, c injectCase) (*injector, *ledger, *rail) {
 	t.Helper()
-	f := &injector{store: e.newStore(t)}
+	f := &injector{store: newStore(t)}
 	s := submissions.NewWithStore[Withdrawal](f, submissions.WithLogger(quiet))
 	r := &rail{}
 	c.start(t, s, r)
@@ -405,65 +434,45 @@ type snapshot struct {
 	holder string                                    // of injW, "" if none
 }
 
-func take(t *testing.T, st submissions.Store[Withdrawal]) snapshot {
+func snapshotOf(t *testing.T, st submissions.Store[Withdrawal]) snapshot {
 	t.Helper()
 	snap := snapshot{recs: map[string]submissions.Record[Withdrawal]{}}
 	for _, key := range []string{"req-1", "req-2"} {
 		rec, ok, err := st.Lookup(bg, key)
-		if err != nil {
-			t.Fatalf("Lookup(%s) through the store: %v", key, err)
-		}
+		require.NoError(t, err, "Lookup(%s) through the store", key)
 		if ok {
 			snap.recs[key] = rec
 		}
 	}
 	holder, ok, err := st.ClaimedBy(bg, injW.ID)
-	if err != nil {
-		t.Fatalf("ClaimedBy(%s) through the store: %v", injW.ID, err)
-	}
+	require.NoError(t, err, "ClaimedBy(%s) through the store", injW.ID)
 	if ok {
 		snap.holder = holder
 	}
 	return snap
 }
 
-func (a snapshot) equal(b snapshot) bool {
-	if a.holder != b.holder || len(a.recs) != len(b.recs) {
-		return false
-	}
-	for k, r := range a.recs {
-		if o, ok := b.recs[k]; !ok || o != r {
-			return false
-		}
-	}
-	return true
-}
-
 // injectOne runs c with a fault of kind at store call at, checks what it did
-// and what it said, and recovers. It returns whether the faulted call acted in
-// the store, and how many messages said more than was known.
-func injectOne(t *testing.T, e env, c injectCase, at int, kind faultKind) (acted bool) {
-	f, s, r := injectSetUp(t, e, c)
-	before := take(t, f.store)
+// and what it said, and recovers. It returns whether the faulted call acted
+// in the store.
+func injectOne(t *testing.T, newStore Factory, c injectCase, at int, kind faultKind) (acted bool) {
+	f, s, r := injectSetUp(t, newStore, c)
 	sentBefore := r.calls.Load()
+	before := snapshotOf(t, f.store)
 
 	ctx, cancel := context.WithCancel(bg)
 	defer cancel()
 	f.arm(at, kind, cancel)
-	res := c.op(ctx, s, r)
+	res := run(ctx, c, s, r)
 	_, fired, acted := f.count()
 	f.arm(0, 0, nil)
-	if fired == "" {
-		t.Fatalf("the fault at store call %d never fired", at)
-	}
-	after := take(t, f.store)
+	require.NotEmpty(t, fired, "the fault at store call %d fired", at)
+	after := snapshotOf(t, f.store)
 	sent := r.calls.Load() - sentBefore // by the faulted operation
-	t.Logf("%s at %s: got %+v, %v; the rail moved money %d time(s) before, %d during", kind, fired, res.out, res.err, sentBefore, sent)
+	t.Logf("%s at %s: got %+v, %v, panic %v; the rail moved money %d time(s) before, %d during", kind, fired, res.out, res.err, res.panicked, sentBefore, sent)
 
 	// No second send.
-	if total := r.calls.Load(); total > 1 {
-		t.Fatalf("the rail moved money %d times for %s", total, injW.ID)
-	}
+	require.LessOrEqual(t, r.calls.Load(), int64(1), "the rail's sends of %s", injW.ID)
 	// No lost claim: a withdrawal whose money moved keeps the claim it had,
 	// and one sent by the operation is claimed by its key; a recorded outcome
 	// is the rail's answer.
@@ -475,74 +484,54 @@ func injectOne(t *testing.T, e env, c injectCase, at int, kind faultKind) (acted
 		want = before.holder
 	}
 	if want != "" {
-		rec, ok := after.recs[want]
-		switch {
-		case after.holder != want || !ok:
-			t.Fatalf("the rail moved money for %s, claimed by %q: got holder %q and records %+v; want %q to hold it", injW.ID, want, after.holder, after.recs, want)
-		case rec.Fingerprint.WithdrawalID != injW.ID:
-			t.Fatalf("the holder %s's record is for %s", want, rec.Fingerprint.WithdrawalID)
-		}
+		require.Equal(t, want, after.holder, "the rail moved money for %s: its holder", injW.ID)
+		require.Contains(t, after.recs, want, "the rail moved money for %s: its holder's record", injW.ID)
+		require.Equal(t, injW.ID, after.recs[want].Fingerprint.WithdrawalID)
 	}
 	for key, rec := range after.recs {
-		if rec.Done && rec.Outcome != injAnswer {
-			t.Fatalf("%s's outcome: got %+v; want the rail's answer %+v", key, rec.Outcome, injAnswer)
+		if rec.Done {
+			require.Equal(t, injAnswer, rec.Outcome, "%s's outcome is the rail's answer", key)
 		}
 	}
 
-	// The error tells what is known.
-	err := res.err
-	switch {
-	case err == nil:
-		t.Fatalf("a fault at %s: got no error", fired)
-	case !errors.Is(err, kind.target()):
-		t.Fatalf("a fault at %s: got %v; want it to wrap %v", fired, err, kind.target())
-	case errors.Is(err, submissions.ErrIdempotencyConflict), errors.Is(err, submissions.ErrSubmissionInFlight),
-		errors.Is(err, submissions.ErrInvalidKey), errors.Is(err, submissions.ErrInvalidFingerprint):
-		t.Fatalf("a fault at %s: got %v; want no answer of the ledger's own: the store did not give one", fired, err)
-	}
-	if c.kind == opSubmit {
-		notRecorded := errors.Is(err, submissions.ErrOutcomeNotRecorded)
-		switch {
-		case sent > 0 && (!notRecorded || res.out != injAnswer):
-			t.Fatalf("Submit after the rail answered: got %+v, %v; want the rail's answer %+v with ErrOutcomeNotRecorded", res.out, err, injAnswer)
-		case sent == 0 && notRecorded:
-			t.Fatalf("Submit that never sent: got %v; want no ErrOutcomeNotRecorded", err)
-		case sent == 0 && res.out != (Withdrawal{}):
-			t.Fatalf("Submit that never sent: got %+v; want the zero Withdrawal", res.out)
-		case sent == 0 && !strings.Contains(err.Error(), "nothing was sent"):
-			t.Fatalf("Submit that never sent: got %q; want it to say nothing was sent", err)
-		}
-	} else if errors.Is(err, submissions.ErrOutcomeNotRecorded) {
-		t.Fatalf("a %s: got %v; want no ErrOutcomeNotRecorded: nothing was sent", c.name, err)
-	}
-	if sent > 0 && strings.Contains(err.Error(), "nothing was sent") {
-		t.Fatalf("the rail moved money, and the error says nothing was sent: %v", err)
-	}
-	// What the error says about the store must be true: after a store call
-	// that failed, the ledger cannot know whether the store acted, and must
-	// not say it did not. ErrOutcomeNotRecorded is taken as such a statement
-	// unless the message says the outcome may have been recorded.
-	var untrue []string
-	changed := !before.equal(after)
-	msg := err.Error()
-	if strings.Contains(msg, "could not claim") && changed {
-		untrue = append(untrue, "that the store could not claim the key, and it holds the claim")
-	}
-	if strings.Contains(msg, "nothing was recorded") && changed {
-		untrue = append(untrue, "that nothing was recorded, and the store holds the record")
-	}
-	hedged := strings.Contains(msg, "may have been") || strings.Contains(msg, "may or may not")
-	if rec := after.recs[c.key]; errors.Is(err, submissions.ErrOutcomeNotRecorded) && !hedged && rec.Done && rec.Outcome == res.out {
-		untrue = append(untrue, "that the outcome is not recorded (and so that the key stays in flight), and the outcome is recorded")
-	}
-	if len(untrue) > 0 {
-		gap := fmt.Sprintf("says more than is known: %s at %s of %s: %q says %s; the store holds %+v",
-			kind, fired, c.name, msg, strings.Join(untrue, "; "), after)
-		t.Error(gap)
+	// The error's class tells what is known.
+	if kind.panics() {
+		require.Equal(t, errPanic, res.panicked, "a store call's panic goes on out of the ledger, with its own value")
+	} else {
+		requireTrueError(t, c, res, kind, fired, sent)
 	}
 
 	injectRecover(t, s, r, c)
+	requireLedgerWhole(t, s)
 	return acted
+}
+
+// requireTrueError checks the error of an operation whose store call at
+// fired failed with a fault of kind, the rail having moved money sent times
+// during it.
+func requireTrueError(t *testing.T, c injectCase, res result, kind faultKind, fired string, sent int64) {
+	t.Helper()
+	err := res.err
+	require.Error(t, err, "a fault at %s", fired)
+	require.ErrorIs(t, err, kind.target(), "a fault at %s: the store's error is wrapped", fired)
+	for _, refusal := range []error{submissions.ErrIdempotencyConflict, submissions.ErrSubmissionInFlight,
+		submissions.ErrInvalidKey, submissions.ErrInvalidFingerprint, submissions.ErrOutcomeUnknown} {
+		require.NotErrorIs(t, err, refusal, "a fault at %s: the store gave no answer of the ledger's own", fired)
+	}
+	if c.kind == opSubmit && sent > 0 {
+		// The rail answered: money moved; the answer comes back unrecorded,
+		// and the error does not say nothing was sent, nor that the store's
+		// write did not stand.
+		require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded, "Submit after the rail answered")
+		require.NotErrorIs(t, err, submissions.ErrStoreFailed, "Submit after the rail answered")
+		require.Equal(t, injAnswer, res.out, "Submit after the rail answered: its answer comes back")
+		require.Contains(t, err.Error(), "may or may not", "the store may have written the answer before it failed")
+		return
+	}
+	// Nothing was sent by this call.
+	require.ErrorIs(t, err, submissions.ErrStoreFailed, "a %s whose store failed", c.name)
+	require.NotErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
+	require.Zero(t, res.out)
 }
 
 // injectRecover retries c without faults and closes what is left open the
@@ -554,17 +543,13 @@ func injectRecover(t *testing.T, s *ledger, r *rail, c injectCase) {
 	case c.kind == opSubmit && c.key == "req-1":
 		// The retry below is the same Submit.
 	case c.kind == opRelease && c.name == "ReleaseInFlightKey":
-		if err := s.Release(bg, "req-1"); err != nil {
-			t.Fatalf("recovery: Release again: %v", err)
-		}
+		require.NoError(t, s.Release(bg, "req-1"), "recovery: Release again")
 		// Nothing was sent, and nothing is recorded.
-		r.wantCalls(t, 0)
-		wantOutcome(t, s, "req-1", Withdrawal{}, false)
-		wantHolder(t, s, injW.ID, "")
+		r.requireSends(t, 0)
+		requireOutcome(t, s, "req-1", Withdrawal{}, false)
+		requireHolder(t, s, injW.ID, "")
 	default:
-		if err := c.want(c.op(bg, s, r)); err != nil {
-			t.Fatalf("recovery: %s again: %v", c.name, err)
-		}
+		require.NoError(t, c.want(run(bg, c, s, r)), "recovery: %s again", c.name)
 	}
 	// The client's Submit under the first key; a key in flight is resolved
 	// with the rail's answer if the rail moved money, and released otherwise.
@@ -575,16 +560,36 @@ func injectRecover(t *testing.T, s *ledger, r *rail, c injectCase) {
 		} else {
 			err = s.Release(bg, "req-1")
 		}
-		if err != nil {
-			t.Fatalf("recovery: closing the key in flight: %v", err)
-		}
+		require.NoError(t, err, "recovery: closing the key in flight")
 		out, err = s.Submit(bg, "req-1", injW, r.send)
 	}
-	if err != nil || out != injAnswer {
-		t.Fatalf("recovery: Submit: got %+v, %v; want %+v, nil", out, err, injAnswer)
-	}
-	r.wantCalls(t, 1)
-	wantOutcome(t, s, "req-1", injAnswer, true)
-	wantHolder(t, s, injW.ID, "req-1")
-	wantOutcome(t, s, "req-2", Withdrawal{}, false)
+	require.NoError(t, err, "recovery: Submit")
+	require.Equal(t, injAnswer, out, "recovery: Submit")
+	r.requireSends(t, 1)
+	requireOutcome(t, s, "req-1", injAnswer, true)
+	requireHolder(t, s, injW.ID, "req-1")
+	requireOutcome(t, s, "req-2", Withdrawal{}, false)
+}
+
+// requireLedgerWhole checks that s's own bookkeeping is as it should be: a
+// Release is refused while s sends a key, a second key cannot claim that
+// withdrawal, and the key closes when its send returns.
+func requireLedgerWhole(t *testing.T, s *ledger) {
+	t.Helper()
+	probe := newWithdrawal("w-probe")
+	r := &rail{}
+	started, finish := make(chan struct{}), make(chan struct{})
+	done := make(chan error)
+	go func() {
+		_, err := s.Submit(bg, "probe-1", probe, r.blocking(started, finish))
+		done <- err
+	}()
+	<-started
+	requireRefusal(t, s.Release(bg, "probe-1"), submissions.ErrSubmissionInFlight)
+	_, err := s.Submit(bg, "probe-2", probe, r.send)
+	requireConflict(t, err, "probe-1")
+	close(finish)
+	require.NoError(t, <-done, "the probe's Submit")
+	requireRefusal(t, s.Release(bg, "probe-1"), submissions.ErrIdempotencyConflict)
+	r.requireSends(t, 1)
 }

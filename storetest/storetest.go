@@ -1,7 +1,7 @@
 // Package storetest is the conformance suite every submissions.Store passes:
-// the rules of the ledger, run through submissions.NewWithStore, and the
-// concurrency tests, with goroutines released together and sends counted.
-// A store's test is a few lines:
+// the rules of the ledger, run through submissions.NewWithStore, the
+// concurrency tests (goroutines released together, sends counted), and a
+// fault at every store call. A store's test is a few lines:
 //
 //	func TestConformance(t *testing.T) {
 //		storetest.Run(t, func(t *testing.T) submissions.Store[storetest.Withdrawal] {
@@ -19,9 +19,8 @@ import (
 )
 
 // Factory returns a new, empty store. A test calls it for every ledger it
-// makes (some make several, and some share one store between two ledgers, as
-// two instances of a service share a database). It may register cleanups
-// with t.
+// makes; some make two ledgers on one store, as two instances of a service
+// share a database. It may register cleanups with t.
 type Factory func(t *testing.T) submissions.Store[Withdrawal]
 
 // Run runs the suite against the stores newStore makes.
@@ -29,10 +28,21 @@ func Run(t *testing.T, newStore Factory) {
 	for _, group := range []struct {
 		name  string
 		tests []test
-	}{{"rules", rules}, {"concurrency", concurrency}, {"faults", faults}} {
+	}{
+		{"keys", keyTests},
+		{"fingerprints", fingerprintTests},
+		{"submit", submitTests},
+		{"claims", claimTests},
+		{"resolve", resolveTests},
+		{"release", releaseTests},
+		{"reads", readTests},
+		{"store failures", failureTests},
+		{"concurrency", concurrencyTests},
+		{"faults", faultTests},
+	} {
 		t.Run(group.name, func(t *testing.T) {
 			for _, tc := range group.tests {
-				t.Run(tc.name, func(t *testing.T) { tc.run(t, env{t: t, newStore: newStore}) })
+				t.Run(tc.name, func(t *testing.T) { tc.run(t, newStore) })
 			}
 		})
 	}
@@ -40,19 +50,7 @@ func Run(t *testing.T, newStore Factory) {
 
 type test struct {
 	name string
-	run  func(*testing.T, env)
-}
-
-// env gives a test its ledgers.
-type env struct {
-	t        *testing.T
-	newStore Factory
-}
-
-// ledger returns a ledger over a new store, logging into the returned logs.
-func (e env) ledger() (*submissions.Submissions[Withdrawal], *logs) {
-	l := &logs{}
-	return submissions.NewWithStore(e.newStore(e.t), submissions.WithLogger(slog.New(l))), l
+	run  func(t *testing.T, newStore Factory)
 }
 
 var (
@@ -60,51 +58,38 @@ var (
 	quiet = slog.New(slog.DiscardHandler)
 )
 
-// rules has a test for every rule of the ledger, and for the corners of each.
-var rules = []test{
-	{"KeyIsTrimmed", testKeyIsTrimmed},
-	{"KeyAtLimitIsAccepted", testKeyAtLimitIsAccepted},
-	{"InvalidKeysAreRefusedByEveryMethodFirst", testInvalidKeysAreRefusedByEveryMethodFirst},
-	{"InvalidFingerprintsAreRefused", testInvalidFingerprintsAreRefused},
-	{"EdgeFingerprintsAreAccepted", testEdgeFingerprintsAreAccepted},
-	{"FingerprintsCompareByMeaning", testFingerprintsCompareByMeaning},
-	{"SmallAmountsCompareNumerically", testSmallAmountsCompareNumerically},
-	{"FreshSubmitClaimsThenSendsThenRecords", testFreshSubmitClaimsThenSendsThenRecords},
-	{"NilSendRecordsTheRequest", testNilSendRecordsTheRequest},
-	{"ReplayReturnsTheStoredOutcomeWithoutSending", testReplayReturnsTheStoredOutcomeWithoutSending},
-	{"KeyReusedForAnotherWithdrawalIsAConflict", testKeyReusedForAnotherWithdrawalIsAConflict},
-	{"KeyWithoutOutcomeIsInFlight", testKeyWithoutOutcomeIsInFlight},
-	{"SecondKeyForAClaimedWithdrawalIsRefused", testSecondKeyForAClaimedWithdrawalIsRefused},
-	{"SecondKeyIsRefusedWhileTheFirstIsInFlight", testSecondKeyIsRefusedWhileTheFirstIsInFlight},
-	{"FailedSendKeepsTheKeyClaimed", testFailedSendKeepsTheKeyClaimed},
-	{"PanickingSendKeepsTheKeyClaimedAndPanicsOn", testPanickingSendKeepsTheKeyClaimedAndPanicsOn},
-	{"SendWhoseContextEndsKeepsTheKeyClaimed", testSendWhoseContextEndsKeepsTheKeyClaimed},
-	{"AnswerAfterTheContextEndedIsNotTakenAsKnown", testAnswerAfterTheContextEndedIsNotTakenAsKnown},
-	{"OutcomeForAnotherWithdrawalKeepsTheKeyClaimed", testOutcomeForAnotherWithdrawalKeepsTheKeyClaimed},
-	{"DoneContextClaimsNothing", testDoneContextClaimsNothing},
-	{"ResolveClosesAnInFlightKey", testResolveClosesAnInFlightKey},
-	{"ResolveOfAnotherWithdrawalOnAnInFlightKeyIsRefused", testResolveOfAnotherWithdrawalOnAnInFlightKeyIsRefused},
-	{"ResolveOfASentKey", testResolveOfASentKey},
-	{"ResolveDuringTheSend", testResolveDuringTheSend},
-	{"ResolveUnderAFreshKey", testResolveUnderAFreshKey},
-	{"ReleaseFreesTheKeyAndTheWithdrawal", testReleaseFreesTheKeyAndTheWithdrawal},
-	{"ReleasedKeyMaySendAgain", testReleasedKeyMaySendAgain},
-	{"ReleaseOfAKeyWithAnOutcomeIsRefused", testReleaseOfAKeyWithAnOutcomeIsRefused},
-	{"ReleaseIsRefusedWhileTheSendRuns", testReleaseIsRefusedWhileTheSendRuns},
-	{"ReleaseOfAnUnknownKeyDoesNothing", testReleaseOfAnUnknownKeyDoesNothing},
-	{"LateReleaseDoesNotEvictAMovedClaim", testLateReleaseDoesNotEvictAMovedClaim},
-	{"Reads", testReads},
-	{"OutcomeNotRecordedWhenTheStoreFails", testOutcomeNotRecordedWhenTheStoreFails},
-	{"OutcomeNotRecordedWhenReleasedMeanwhile", testOutcomeNotRecordedWhenReleasedMeanwhile},
-	{"OutcomeNotRecordedOnAnotherClaim", testOutcomeNotRecordedOnAnotherClaim},
-	{"ResolvedMeanwhile", testResolvedMeanwhile},
-	{"MarkComesBeforeTheClaim", testMarkComesBeforeTheClaim},
-	{"ReleaseAfterTheOutcomeIsRecordedIsAConflict", testReleaseAfterTheOutcomeIsRecordedIsAConflict},
+// fixture is what most tests start with: a ledger on a new store, its logs,
+// a rail that counts its sends, and a withdrawal, w-1.
+type fixture struct {
+	t     *testing.T
+	store submissions.Store[Withdrawal]
+	s     *submissions.Submissions[Withdrawal]
+	logs  *logs
+	rail  *rail
+	w     Withdrawal
 }
 
-// concurrency proves that the rules hold under any interleaving.
-var concurrency = []test{
-	{"ConcurrentTapsOfOneKeySendOnce", testConcurrentTapsOfOneKeySendOnce},
-	{"ConcurrentKeysForOneWithdrawalSendOnce", testConcurrentKeysForOneWithdrawalSendOnce},
-	{"Stress", testStress},
+// setUp returns a fixture on a new store from newStore.
+func setUp(t *testing.T, newStore Factory) *fixture {
+	t.Helper()
+	return setUpOn(t, newStore(t))
+}
+
+// setUpOn returns a fixture on st, which may be a wrapper of a store.
+func setUpOn(t *testing.T, st submissions.Store[Withdrawal]) *fixture {
+	l := &logs{}
+	return &fixture{
+		t:     t,
+		store: st,
+		s:     submissions.NewWithStore(st, submissions.WithLogger(slog.New(l))),
+		logs:  l,
+		rail:  &rail{},
+		w:     newWithdrawal("w-1"),
+	}
+}
+
+// another returns a second ledger on the fixture's store: another instance
+// of the service.
+func (f *fixture) another() *submissions.Submissions[Withdrawal] {
+	return submissions.NewWithStore(f.store, submissions.WithLogger(quiet))
 }
