@@ -63,9 +63,7 @@ func together(t *testing.T, n int, f func(i int, hold <-chan struct{}) error) []
 				release()
 			}
 		case <-time.After(5 * time.Second):
-			if released {
-				t.Fatalf("%d of %d calls still running", n-len(errs), n)
-			}
+			require.False(t, released, "%d of %d calls still running 5s after the rail was released", n-len(errs), n)
 			// More than one call is blocked in send: let them all go, and
 			// let the counts show it.
 			release()

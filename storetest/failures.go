@@ -224,7 +224,7 @@ func testReleaseWaitsForAClaimUntilItsContextEnds(t *testing.T, newStore Factory
 	go func() { released <- f.s.Release(bg, "req-1") }()
 	select {
 	case err := <-released:
-		t.Fatalf("Release during the claim returned %v before the claim's reply; want it to wait", err)
+		require.FailNow(t, "Release during the claim returned before the claim's reply; want it to wait", "%v", err)
 	case <-time.After(20 * time.Millisecond):
 	}
 	close(proceed)

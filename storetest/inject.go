@@ -136,10 +136,12 @@ func inject[T any](ctx context.Context, f *injector, method string, call func(co
 		_, _ = call(ctx)
 		f.setActed(true)
 		panic(errPanic)
+	case faultReplyLost:
+		_, err = call(ctx)
+		f.setActed(true)
+		return zero, fmt.Errorf("%s: %s, and its reply was lost: %w", prefix, answered(err), errLost)
 	}
-	_, err = call(ctx) // faultReplyLost
-	f.setActed(true)
-	return zero, fmt.Errorf("%s: %s, and its reply was lost: %w", prefix, answered(err), errLost)
+	panic(fmt.Sprintf("storetest: fault kind %d", kind))
 }
 
 func (f *injector) setActed(acted bool) {
@@ -244,7 +246,7 @@ type injectCase struct {
 	key   string                                               // the request key it uses, "" for none
 	start func(t *testing.T, s *ledger, r *rail)               // brings the store to the starting state
 	op    func(ctx context.Context, s *ledger, r *rail) result // the operation
-	want  func(res result) error                               // its answer without faults
+	want  func(t *testing.T, res result)                       // checks its answer without faults
 }
 
 type ledger = submissions.Submissions[Withdrawal]
@@ -310,30 +312,20 @@ func claimedByOp(ctx context.Context, s *ledger, _ *rail) result {
 	return result{ok: ok, holder: holder, err: err}
 }
 
-func wantAnswer(res result) error {
-	if res.err != nil || res.out != injAnswer {
-		return fmt.Errorf("got %+v, %v; want %+v, nil", res.out, res.err, injAnswer)
-	}
-	return nil
+func wantAnswer(t *testing.T, res result) {
+	require.NoError(t, res.err)
+	require.Equal(t, injAnswer, res.out)
 }
 
-func wantNil(res result) error { return res.err }
+func wantNil(t *testing.T, res result) { require.NoError(t, res.err) }
 
-func wantIs(target error) func(result) error {
-	return func(res result) error {
-		if !errors.Is(res.err, target) {
-			return fmt.Errorf("got %v; want %v", res.err, target)
-		}
-		return nil
-	}
+func wantIs(target error) func(*testing.T, result) {
+	return func(t *testing.T, res result) { requireRefusal(t, res.err, target) }
 }
 
-func wantHeldByReq1(res result) error {
-	var ce *submissions.ConflictError
-	if !errors.As(res.err, &ce) || ce.Holder != "req-1" || res.out != (Withdrawal{}) {
-		return fmt.Errorf("got %+v, %v; want a *ConflictError naming req-1", res.out, res.err)
-	}
-	return nil
+func wantHeldByReq1(t *testing.T, res result) {
+	requireConflict(t, res.err, "req-1")
+	require.Zero(t, res.out)
 }
 
 var injectCases = []injectCase{
@@ -347,17 +339,15 @@ var injectCases = []injectCase{
 	{"ResolveDoneKey", opResolve, "req-1", startDone, resolveOp, wantNil},
 	{"ReleaseInFlightKey", opRelease, "req-1", startInFlightUnsent, releaseOp, wantNil},
 	{"ReleaseDoneKey", opRelease, "req-1", startDone, releaseOp, wantIs(submissions.ErrIdempotencyConflict)},
-	{"Outcome", opRead, "req-1", startDone, outcomeOp, func(res result) error {
-		if res.err != nil || !res.ok || res.out != injAnswer {
-			return fmt.Errorf("got %+v, %v, %v; want %+v, true, nil", res.out, res.ok, res.err, injAnswer)
-		}
-		return nil
+	{"Outcome", opRead, "req-1", startDone, outcomeOp, func(t *testing.T, res result) {
+		require.NoError(t, res.err)
+		require.True(t, res.ok)
+		require.Equal(t, injAnswer, res.out)
 	}},
-	{"ClaimedBy", opRead, "", startDone, claimedByOp, func(res result) error {
-		if res.err != nil || !res.ok || res.holder != "req-1" {
-			return fmt.Errorf("got %q, %v, %v; want req-1, true, nil", res.holder, res.ok, res.err)
-		}
-		return nil
+	{"ClaimedBy", opRead, "", startDone, claimedByOp, func(t *testing.T, res result) {
+		require.NoError(t, res.err)
+		require.True(t, res.ok)
+		require.Equal(t, "req-1", res.holder)
 	}},
 }
 
@@ -380,7 +370,7 @@ func testFaultAtEveryStoreCall(t *testing.T, newStore Factory) {
 			f.arm(0, 0, nil)
 			res := run(bg, c, s, r)
 			calls, _, _ := f.count()
-			require.NoError(t, c.want(res), "without faults")
+			c.want(t, res)
 			require.NotZero(t, calls, "without faults: the operation's store calls")
 			tally.ops++
 			tally.positions += calls
@@ -549,7 +539,7 @@ func injectRecover(t *testing.T, s *ledger, r *rail, c injectCase) {
 		requireOutcome(t, s, "req-1", Withdrawal{}, false)
 		requireHolder(t, s, injW.ID, "")
 	default:
-		require.NoError(t, c.want(run(bg, c, s, r)), "recovery: %s again", c.name)
+		c.want(t, run(bg, c, s, r))
 	}
 	// The client's Submit under the first key; a key in flight is resolved
 	// with the rail's answer if the rail moved money, and released otherwise.

@@ -87,9 +87,3 @@ func setUpOn(t *testing.T, st submissions.Store[Withdrawal]) *fixture {
 		w:     newWithdrawal("w-1"),
 	}
 }
-
-// another returns a second ledger on the fixture's store: another instance
-// of the service.
-func (f *fixture) another() *submissions.Submissions[Withdrawal] {
-	return submissions.NewWithStore(f.store, submissions.WithLogger(quiet))
-}
