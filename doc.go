@@ -3,22 +3,24 @@
 // it is asked.
 //
 // A Submissions ledger is called around the service's own send function and
-// answers two different questions:
+// answers two questions:
 //
 //   - Is this call a repeat? A request key (the client's idempotency key) maps
 //     to one record: the withdrawal's Fingerprint and, once known, the
-//     outcome. A repeat with the same fingerprint replays the outcome without
-//     calling send; a key reused for another withdrawal is an
-//     ErrIdempotencyConflict.
+//     outcome. A repeat replays the outcome without calling send; a key
+//     reused for another withdrawal is an ErrIdempotencyConflict.
 //   - Is this withdrawal already someone else's? A withdrawal id maps to the
 //     request key that claimed it. A second key for a claimed withdrawal is
 //     refused with a *ConflictError whose Holder names that key.
 //
-// A send that fails, panics or returns something unexpected leaves its key
-// claimed with no outcome, because an error from a rail does not prove that no
-// money moved. Such a key is refused with ErrSubmissionInFlight until an
-// operator closes it: Resolve records what was found on the rail, Release says
-// that nothing was sent.
+// A send that ends without an answer (ErrOutcomeUnknown), or whose answer
+// cannot be recorded (ErrOutcomeNotRecorded), leaves its key claimed, because
+// an error from a rail does not prove that no money moved. The key is refused
+// with ErrSubmissionInFlight until an operator closes it: Resolve records
+// what was found on the rail, Release says that nothing was sent. Every error
+// belongs to one of three classes, told apart with errors.Is: refused
+// (nothing sent), failed before sending (ErrStoreFailed), or money may have
+// moved; the README has the table of what to do after each.
 //
 // The claim is only as strong as the withdrawal id: it must be assigned by the
 // service when the withdrawal is created, never minted by the client, and the

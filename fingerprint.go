@@ -158,6 +158,8 @@ func textProblem(s string, limit int) string {
 func plainASCII(s string) bool {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
 	n := len(s)
+	// A mutant of < to <= here is equivalent: eight bytes checked one by one
+	// or as a word give the same answer.
 	if n < 8 {
 		for i := 0; i < n; i++ {
 			if b := s[i]; b == 0 || b >= utf8.RuneSelf {
@@ -170,6 +172,8 @@ func plainASCII(s string) bool {
 	// borrows into its high bit), leaves a high bit set in seen. The last
 	// word overlaps the one before it unless n is a multiple of 8.
 	var seen uint64
+	// A mutant of < to <= here is equivalent: when n is a multiple of 8 the
+	// last word is checked twice.
 	for i := 0; i < n-8; i += 8 {
 		x := word(s, i)
 		seen |= x | (x - ones)

@@ -85,7 +85,8 @@ func FuzzCurrency(f *testing.F) {
 // FuzzKey checks rule 1: a key is trimmed, and refused when empty, over
 // MaxKeyLen bytes, not UTF-8, or holding a NUL byte.
 func FuzzKey(f *testing.F) {
-	for _, k := range []string{"req-1", "  req-1 ", "", " \t", "req\x00", "req-\xff", strings.Repeat("k", MaxKeyLen+1), "\u00a0req\u0085"} {
+	for _, k := range []string{"req-1", "  req-1 ", "", " \t", "req\x00", "req-\xff", strings.Repeat("k", MaxKeyLen+1), "\u00a0req\u0085",
+		" req", "req ", "\treq", "req\n", "\u00a0req", "req\u00a0", "!req!", "\x7freq\x7f", "\x1freq\x1f"} {
 		f.Add(k)
 	}
 	f.Fuzz(func(t *testing.T, k string) {
@@ -138,16 +139,14 @@ func FuzzFingerprint(f *testing.F) {
 // FuzzText checks the fast path of validText against the plain reading of
 // its rule: not empty, within the limit, valid UTF-8, no NUL byte.
 func FuzzText(f *testing.F) {
-	for _, s := range []string{"", "a", "0b7e91d4-0000-4c2f-8a6b-000000000001", "abc\x00defghijk", "abcdefgh\x80", "€uro", "\xff", "exactly8", "seventeen chars!!"} {
+	for _, s := range []string{"", "a", "\x80", "\x7f", "a\x00", "0b7e91d4-0000-4c2f-8a6b-000000000001", "abc\x00defghijk", "abcdefghijk\x00",
+		"abcdefgh\x80", "abcdefghijk\x80", "\x80abcdefgh", "€uro", "\xff", "exactly8", "seventeen chars!!", strings.Repeat("k", 65)} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		want := s != "" && len(s) <= 64 && utf8.ValidString(s) && !strings.Contains(s, "\x00")
 		require.Equal(t, want, validText(s, 64), "validText(%q)", s)
-		if plainASCII(s) {
-			for i := 0; i < len(s); i++ {
-				require.True(t, s[i] != 0 && s[i] < utf8.RuneSelf, "plainASCII(%q) is true with byte %#x at %d", s, s[i], i)
-			}
-		}
+		plain := !strings.ContainsFunc(s, func(r rune) bool { return r == 0 || r >= utf8.RuneSelf })
+		require.Equal(t, plain, plainASCII(s), "plainASCII(%q)", s)
 	})
 }

@@ -104,7 +104,7 @@ func (m *memStore[R]) claim(key string, fp *Fingerprint, amount, currency string
 	if err := m.claims.claim(fp.WithdrawalID, key); err != nil {
 		return nil, err
 	}
-	m.tokens++
+	m.tokens++ // a mutant to -- is equivalent: the tokens count down from the top, each new and not zero
 	e := &entry[R]{store: m, fp: *fp, token: m.tokens}
 	if amount[0] != '.' {
 		e.fp.Amount = amount

@@ -15,9 +15,10 @@ type optionFunc func(*options)
 
 func (f optionFunc) apply(o *options) { f(o) }
 
-// WithLogger sets the logger for replays (Info), unknown send outcomes (Warn)
-// and manual resolutions and releases (Info). The default, and the logger used
-// when l is nil, is slog.Default() as it is when New is called.
+// WithLogger sets the logger for replays, resolutions and releases (Info),
+// and for outcomes unknown or not recorded (Warn), each with the key and the
+// withdrawal. The default, and the logger used when l is nil, is
+// slog.Default() as it is when New is called.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(o *options) {
 		if l != nil {

@@ -10,6 +10,10 @@ import (
 // claim whose send is running. The memory store is a backend itself and keeps
 // those marks in its records, in the same step as each change; guard makes a
 // backend of any other Store and keeps them in the ledger's memory.
+//
+// The memory store has one more step, its fast path, which the ledger calls
+// directly: replay, which answers a retry repeated byte for byte before the
+// fingerprint is checked again.
 type backend[R Fingerprinter] interface {
 	Store[R]
 
