@@ -263,7 +263,9 @@ func canonicalCurrency(c string) (string, bool) {
 // validKey trims key and checks it against the rules of ErrInvalidKey.
 func validKey(key string) (string, error) {
 	// Most keys have nothing to trim: ASCII white space is at most ' ', and
-	// Unicode's other spaces start and end with bytes of at least RuneSelf.
+	// Unicode's other spaces start and end with bytes of at least RuneSelf. A
+	// mutant of the first >= to > is equivalent: no rune starts with the byte
+	// RuneSelf (0x80), so such a key has nothing to trim either way.
 	if n := len(key); n == 0 || key[0] <= ' ' || key[0] >= utf8.RuneSelf || key[n-1] <= ' ' || key[n-1] >= utf8.RuneSelf {
 		key = strings.TrimSpace(key)
 	}

@@ -86,7 +86,7 @@ func FuzzCurrency(f *testing.F) {
 // MaxKeyLen bytes, not UTF-8, or holding a NUL byte.
 func FuzzKey(f *testing.F) {
 	for _, k := range []string{"req-1", "  req-1 ", "", " \t", "req\x00", "req-\xff", strings.Repeat("k", MaxKeyLen+1), "\u00a0req\u0085",
-		" req", "req ", "\treq", "req\n", "\u00a0req", "req\u00a0", "!req!", "\x7freq\x7f", "\x1freq\x1f"} {
+		" req", "req ", "\treq", "req\n", "\u00a0req", "req\u00a0", "!req!", "\x7freq\x7f", "\x1freq\x1f", "req\u2000", "\u2000req"} {
 		f.Add(k)
 	}
 	f.Fuzz(func(t *testing.T, k string) {

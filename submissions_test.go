@@ -229,6 +229,7 @@ func TestErrorStringsAreShortAndStable(t *testing.T) {
 	_, longKey := s.Submit(bg, strings.Repeat("k", submissions.MaxKeyLen+1), w, nil)
 	_, binaryKey := s.Submit(bg, "k\xff", w, nil)
 	_, nulKey := s.Submit(bg, "k\x00", w, nil)
+	_, nulKeyAtTheLimit := s.Submit(bg, strings.Repeat("k", submissions.MaxKeyLen-1)+"\x00", w, nil)
 	_, longID := s.Submit(bg, "req-9", withdrawal{ID: strings.Repeat("i", 256), Amount: "1", Currency: "EUR", Dest: "d"}, nil)
 	_, invalidAmount := s.Submit(bg, "req-3", withdrawal{ID: "w-3", Amount: "1e3", Currency: "EUR", Dest: "d"}, nil)
 	_, unknown := s.Submit(bg, "req-4", newWithdrawal("w-4"), func(context.Context, withdrawal) (withdrawal, error) {
@@ -239,22 +240,26 @@ func TestErrorStringsAreShortAndStable(t *testing.T) {
 		w.Amount = "26"
 		return w, nil
 	})
-	for want, err := range map[string]error{
-		"idempotency conflict: request key req-1 belongs to another withdrawal": reused,
-		"idempotency conflict: withdrawal w-1 is claimed by request key req-1":  second,
-		"invalid request key: empty":                                               emptyKey,
-		"invalid request key: longer than 255 bytes":                               longKey,
-		"invalid request key: not valid UTF-8":                                     binaryKey,
-		"invalid request key: has a NUL byte":                                      nulKey,
-		"invalid fingerprint: WithdrawalID: longer than 255 bytes":                 longID,
-		"invalid fingerprint: Amount: not a positive decimal of at most 100 bytes": invalidAmount,
-		"outcome unknown: request key req-4: rail timed out":                       unknown,
-		"submission in flight: request key req-4":                                  inFlight,
-		"outcome not recorded: request key req-5: answer differs in Amount":        notRecorded,
-		"idempotency conflict: request key req-1 has an outcome":                   s.Release(bg, "req-1"),
-		"idempotency conflict: request key req-1 has another outcome":              s.Resolve(bg, "req-1", withdrawal{ID: "w-1", Amount: "25", Currency: "USDC", Dest: "0xabc", TxHash: "0xother"}),
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{reused, "idempotency conflict: request key req-1 belongs to another withdrawal"},
+		{second, "idempotency conflict: withdrawal w-1 is claimed by request key req-1"},
+		{emptyKey, "invalid request key: empty"},
+		{longKey, "invalid request key: longer than 255 bytes"},
+		{binaryKey, "invalid request key: not valid UTF-8"},
+		{nulKey, "invalid request key: has a NUL byte"},
+		{nulKeyAtTheLimit, "invalid request key: has a NUL byte"},
+		{longID, "invalid fingerprint: WithdrawalID: longer than 255 bytes"},
+		{invalidAmount, "invalid fingerprint: Amount: not a positive decimal of at most 100 bytes"},
+		{unknown, "outcome unknown: request key req-4: rail timed out"},
+		{inFlight, "submission in flight: request key req-4"},
+		{notRecorded, "outcome not recorded: request key req-5: answer differs in Amount"},
+		{s.Release(bg, "req-1"), "idempotency conflict: request key req-1 has an outcome"},
+		{s.Resolve(bg, "req-1", withdrawal{ID: "w-1", Amount: "25", Currency: "USDC", Dest: "0xabc", TxHash: "0xother"}), "idempotency conflict: request key req-1 has another outcome"},
 	} {
-		assert.EqualError(t, err, want)
+		assert.EqualError(t, c.err, c.want)
 	}
 }
 
