@@ -244,14 +244,14 @@ func TestServerRestartedDuringARun(t *testing.T) {
 					unrecordedKeys.Store(key, true)
 					failed = true
 				case errors.Is(err, errRailRefused):
-					if !called || out != (w{}) || answer != (w{}) {
+					if !errors.Is(err, submissions.ErrOutcomeUnknown) || !called || out != (w{}) || answer != (w{}) {
 						fail("%s: the rail refused, yet got %+v: %v", key, out, err)
 					}
 					refused.Add(1)
 					refusedKeys.Store(key, true)
-				case strings.Contains(err.Error(), "nothing was sent"):
+				case errors.Is(err, submissions.ErrStoreFailed):
 					if called || out != (w{}) {
-						fail("%s: the error says nothing was sent, yet send was called (%v) or an outcome returned (%+v): %v", key, called, out, err)
+						fail("%s: the store failed before sending, yet send was called (%v) or an outcome returned (%+v): %v", key, called, out, err)
 					}
 					claimFailed[e].Add(1)
 					failed = true

@@ -10,11 +10,14 @@
 // One table holds both of the ledger's indexes: a row per request key, unique
 // on the key and unique on the withdrawal id. A claim is one INSERT, and the
 // name of the constraint it violates says whether the key or the withdrawal
-// was taken; a violation is never swallowed. A fresh submit costs two round
-// trips (claim, then outcome), a replay one: a plain SELECT on an instance that
-// has seen the key, the claim statement elsewhere. The SQL is plain INSERT, SELECT,
-// UPDATE and DELETE over unique constraints, with one common table
-// expression; Migrate alone uses an advisory lock.
+// was taken; a violation is never swallowed. Each row carries the claim's
+// token, an identity column that no earlier claim of the key had, and an
+// outcome is written and a claim released only on the row of that token. A
+// fresh submit costs two round trips (claim, then outcome), a replay one: a
+// plain SELECT on an instance that has seen the key, the claim statement
+// elsewhere. The SQL is plain INSERT, SELECT, UPDATE and DELETE over unique
+// constraints, with one common table expression; Migrate alone uses an
+// advisory lock.
 package pgstore
 
 import (
@@ -153,7 +156,8 @@ func New[R submissions.Fingerprinter](pool *pgxpool.Pool, opts ...Option) (*Stor
 // sqlFor returns the statements for table. Tenants are not used yet: every
 // row has the empty tenant.
 func sqlFor(table string) statements {
-	const cols = "withdrawal_id, amount, currency, destination, outcome"
+	const cols = "claim_id, withdrawal_id, amount, currency, destination, outcome"
+	const fpCols = "withdrawal_id, amount, currency, destination"
 	return statements{
 		// One round trip: the key's row if it has one, else the new row. The
 		// NOT EXISTS spares a replay a failed INSERT; it decides nothing: two
@@ -161,7 +165,7 @@ func sqlFor(table string) statements {
 		claim: `WITH existing AS (
 	SELECT ` + cols + ` FROM ` + table + ` WHERE tenant = '' AND request_key = $1
 ), inserted AS (
-	INSERT INTO ` + table + ` (request_key, ` + cols + `, settled_at)
+	INSERT INTO ` + table + ` (request_key, ` + fpCols + `, outcome, settled_at)
 	SELECT $1, $2, $3, $4, $5, $6::bytea, CASE WHEN $6::bytea IS NULL THEN NULL ELSE now() END
 	WHERE NOT EXISTS (SELECT 1 FROM existing)
 	RETURNING ` + cols + `
@@ -174,20 +178,21 @@ SELECT false, ` + cols + ` FROM existing`,
 		// After a claim lost on the withdrawal: the key's row and the
 		// withdrawal's holder, read in one snapshot, so that the answer is
 		// true at one moment.
-		holder: `SELECT k.withdrawal_id, k.amount, k.currency, k.destination, k.outcome, h.request_key
+		holder: `SELECT k.claim_id, k.withdrawal_id, k.amount, k.currency, k.destination, k.outcome, h.request_key
 FROM (SELECT 1) AS one
 LEFT JOIN ` + table + ` k ON k.tenant = '' AND k.request_key = $1
 LEFT JOIN ` + table + ` h ON h.tenant = '' AND h.withdrawal_id = $2`,
-		settle: `UPDATE ` + table + ` SET outcome = $6, settled_at = now()
-WHERE tenant = '' AND request_key = $1 AND withdrawal_id = $2 AND amount = $3 AND currency = $4 AND destination = $5
-	AND outcome IS NULL`,
-		release: `DELETE FROM ` + table + ` WHERE tenant = '' AND request_key = $1 AND outcome IS NULL
-RETURNING withdrawal_id, amount, currency, destination`,
+		settle: `UPDATE ` + table + ` SET outcome = $3, settled_at = now()
+WHERE tenant = '' AND request_key = $1 AND claim_id = $2 AND outcome IS NULL
+RETURNING ` + fpCols,
+		release: `DELETE FROM ` + table + ` WHERE tenant = '' AND request_key = $1 AND claim_id = $2 AND outcome IS NULL
+RETURNING ` + fpCols,
 	}
 }
 
 // Migrate creates the table, its constraints and its indexes if they do not
-// exist. It is idempotent, and safe to run from several instances at once: it
+// exist, and adds the claim_id column to a table made before it. It is
+// idempotent, and safe to run from several instances at once: it
 // holds a transaction-scoped advisory lock named after the table while it runs.
 func (s *Store[R]) Migrate(ctx context.Context) error {
 	tx, err := s.pool.Begin(ctx)
