@@ -3,13 +3,14 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"log/slog"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/idemledger/submissions"
 )
@@ -50,8 +51,7 @@ func turns(b *testing.B, ledger, floor func(worker, n int) error) {
 			go func() {
 				defer wg.Done()
 				for i := range perWorker {
-					if err := f(g, turn*perWorker+i); err != nil {
-						b.Error(err)
+					if err := f(g, turn*perWorker+i); !assert.NoError(b, err) {
 						return
 					}
 				}
@@ -81,17 +81,11 @@ func turns(b *testing.B, ledger, floor func(worker, n int) error) {
 func benchStores(b *testing.B) (*submissions.Submissions[w], *pgxpool.Pool, floorSQL) {
 	pool := testPool(b, workers+2)
 	ledgerStore, err := New[w](pool, WithTable(testTable(b, pool)))
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	floorStore, err := New[w](pool, WithTable(testTable(b, pool)))
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	for _, s := range []*Store[w]{ledgerStore, floorStore} {
-		if err := s.Migrate(bg); err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, s.Migrate(bg))
 	}
 	ledger := submissions.NewWithStore[w](ledgerStore, submissions.WithLogger(quiet))
 	return ledger, pool, newFloor(floorStore.names.table)
@@ -126,16 +120,13 @@ func BenchmarkPostgresReplay(b *testing.B) {
 	send := func(_ context.Context, x w) (w, error) { return sent(x, "0xtx"), nil }
 	for g := range workers {
 		key, x := benchWithdrawal("L", g, 0)
-		if _, err := ledger.Submit(bg, key, x, send); err != nil {
-			b.Fatal(err)
-		}
+		_, err := ledger.Submit(bg, key, x, send)
+		require.NoError(b, err)
 		key, x = benchWithdrawal("F", g, 0)
-		if _, err := pool.Exec(bg, floor.insert, key, x.ID, x.Amount, x.Currency, x.Dest); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := pool.Exec(bg, floor.update, key, []byte(`{}`)); err != nil {
-			b.Fatal(err)
-		}
+		_, err = pool.Exec(bg, floor.insert, key, x.ID, x.Amount, x.Currency, x.Dest)
+		require.NoError(b, err)
+		_, err = pool.Exec(bg, floor.update, key, []byte(`{}`))
+		require.NoError(b, err)
 	}
 	turns(b, func(worker, _ int) error {
 		key, x := benchWithdrawal("L", worker, 0)
