@@ -7,6 +7,9 @@
 //	err = store.Migrate(ctx) // once per deployment, or at every start: it is idempotent
 //	ledger := submissions.NewWithStore[Withdrawal](store)
 //
+// A Store over a table that does not exist fails every call with an error
+// that says to call Migrate.
+//
 // One table holds both of the ledger's indexes: a row per request key, unique
 // on the key and unique on the withdrawal id. A claim is one INSERT, and the
 // name of the constraint it violates says whether the key or the withdrawal
@@ -212,25 +215,32 @@ func (s *Store[R]) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// The answers a unique violation gives, told apart by the constraint's name.
+// The answers a unique violation gives, told apart by the constraint's name,
+// and the error of a table that is not there.
 var (
 	errKeyTaken        = errors.New("pgstore: request key already recorded")
 	errWithdrawalTaken = errors.New("pgstore: withdrawal already claimed")
+	errNoTable         = errors.New("pgstore: the table does not exist: call Migrate")
 )
 
 // translate is the one place driver errors become the store's answers: a
 // unique violation (23505) on the key constraint is errKeyTaken, on the
-// withdrawal constraint errWithdrawalTaken, each wrapping the driver's error.
-// Anything else comes back as it is.
+// withdrawal constraint errWithdrawalTaken, and an undefined table (42P01)
+// errNoTable, each wrapping the driver's error. Anything else comes back as
+// it is.
 func (s *Store[R]) translate(err error) error {
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "23505" {
+	if !errors.As(err, &pgErr) {
 		return err
 	}
-	switch pgErr.ConstraintName {
-	case s.names.keyConstraint:
+	switch {
+	case pgErr.Code == "42P01":
+		return fmt.Errorf("%w: %w", errNoTable, err)
+	case pgErr.Code != "23505":
+		return err
+	case pgErr.ConstraintName == s.names.keyConstraint:
 		return fmt.Errorf("%w: %w", errKeyTaken, err)
-	case s.names.withdrawalConstraint:
+	case pgErr.ConstraintName == s.names.withdrawalConstraint:
 		return fmt.Errorf("%w: %w", errWithdrawalTaken, err)
 	}
 	return err

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -149,6 +150,19 @@ func TestTranslateLeavesOtherErrorsAlone(t *testing.T) {
 	plain := fmt.Errorf("connection reset")
 	assert.Same(t, plain, s.translate(plain))
 	assert.NoError(t, s.translate(nil))
+	for _, pgErr := range []*pgconn.PgError{
+		{Code: "23505", ConstraintName: "another_unique"}, // a unique violation of no constraint of the store
+		{Code: "57P01"}, // admin shutdown
+		{Code: "42P02"}, // undefined parameter: not a missing table
+	} {
+		assert.Same(t, error(pgErr), s.translate(pgErr), pgErr.Code)
+	}
+	for code, want := range map[string]error{"42P01": errNoTable, "23505": errKeyTaken} {
+		pgErr := &pgconn.PgError{Code: code, ConstraintName: s.names.keyConstraint}
+		got := s.translate(pgErr)
+		assert.ErrorIs(t, got, want, code)
+		assert.ErrorIs(t, got, pgErr, code)
+	}
 }
 
 var _ submissions.Store[withdrawal] = (*Store[withdrawal])(nil)
@@ -167,4 +181,44 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) submissions.Store[storetest.Withdrawal] {
 		return newTestStore[storetest.Withdrawal](t, pool)
 	})
+}
+
+// TestAMissingTableSaysToCallMigrate: every call of a Store whose table does
+// not exist fails with an error that says so and what to do, and wraps the
+// driver's error.
+func TestAMissingTableSaysToCallMigrate(t *testing.T) {
+	pool := testPool(t, 2)
+	st, err := New[w](pool, WithTable(testTable(t, pool))) // never migrated
+	require.NoError(t, err)
+	ledger := submissions.NewWithStore[w](st, submissions.WithLogger(quiet))
+	check := func(call string, err error) { // a Store's error
+		t.Helper()
+		assert.ErrorIs(t, err, errNoTable, call)
+		assert.ErrorContains(t, err, "pgstore: the table does not exist: call Migrate", call)
+		var pgErr *pgconn.PgError
+		if assert.ErrorAs(t, err, &pgErr, call) {
+			assert.Equal(t, "42P01", pgErr.Code, call)
+		}
+	}
+	checkLedger := func(call string, err error) { // the ledger's, which wraps it
+		t.Helper()
+		assert.ErrorIs(t, err, submissions.ErrStoreFailed, call)
+		check(call, err)
+	}
+	var sends int
+	_, err = ledger.Submit(bg, "req-1", newW("w-1"), func(_ context.Context, x w) (w, error) { sends++; return x, nil })
+	checkLedger("Submit", err)
+	assert.Zero(t, sends, "sends")
+	checkLedger("Resolve", ledger.Resolve(bg, "req-1", sent(newW("w-1"), "0xfound")))
+	checkLedger("Release", ledger.Release(bg, "req-1"))
+	_, _, err = ledger.Outcome(bg, "req-1")
+	checkLedger("Outcome", err)
+	_, _, err = ledger.ClaimedBy(bg, "w-1")
+	checkLedger("ClaimedBy", err)
+	_, _, err = st.Settle(bg, "req-1", 1, newW("w-1"))
+	check("Settle", err)
+	_, _, err = st.Release(bg, "req-1", 1)
+	check("Store.Release", err)
+	_, _, _, err = st.holder(bg, "req-1", "w-1")
+	check("the lost-claim read", err)
 }
