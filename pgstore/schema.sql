@@ -1,5 +1,5 @@
--- One row per request key: one claim of the key and of its withdrawal, and
--- the outcome once known. See the README for what each part is for.
+-- The table of a submissions ledger (pgstore): one row per request key, a
+-- claim of the key and of its withdrawal, with the outcome once known.
 CREATE TABLE IF NOT EXISTS {{table}} (
     tenant        text        NOT NULL DEFAULT '',
     request_key   text        NOT NULL,
@@ -15,7 +15,7 @@ CREATE TABLE IF NOT EXISTS {{table}} (
     CONSTRAINT {{withdrawal_unique}} UNIQUE (tenant, withdrawal_id),
     CONSTRAINT {{settled_check}} CHECK ((outcome IS NULL) = (settled_at IS NULL))
 );
--- A table made before claim tokens: every row gets a claim id of its own.
+-- A table made before claim tokens gets claim_id, a new one for each row.
 ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS claim_id bigint GENERATED ALWAYS AS IDENTITY;
 CREATE INDEX IF NOT EXISTS {{in_flight_index}} ON {{table}} (tenant, claimed_at) WHERE outcome IS NULL;
 CREATE INDEX IF NOT EXISTS {{settled_index}} ON {{table}} (settled_at) WHERE outcome IS NOT NULL;

@@ -7,8 +7,9 @@
 //	err = store.Migrate(ctx) // once per deployment, or at every start: it is idempotent
 //	ledger := submissions.NewWithStore[Withdrawal](store)
 //
-// A Store over a table that does not exist fails every call with an error
-// that says to call Migrate.
+// Teams that run their own migration tool take the same statements as text
+// from Schema instead of calling Migrate. A Store over a table that does not
+// exist fails every call with an error that says to call Migrate.
 //
 // One table holds both of the ledger's indexes: a row per request key, unique
 // on the key and unique on the withdrawal id. A claim is one INSERT, and the
@@ -53,7 +54,7 @@ type Store[R submissions.Fingerprinter] struct {
 	pool   *pgxpool.Pool
 	codec  Codec
 	names  names
-	schema string // the embedded schema for this table
+	schema string // Schema's statements for this table
 	lockID int64  // the advisory lock Migrate holds
 	sql    statements
 	recent recentKeys // keys claimed or found here: a retry of one reads first
@@ -62,6 +63,7 @@ type Store[R submissions.Fingerprinter] struct {
 // statements are the store's SQL, for its table.
 type statements struct {
 	claim, lookup, claimedBy, settle, release, holder string
+	upToDate                                          string // Migrate's
 }
 
 // A Codec turns outcomes into bytes and back. Two outcomes are the same to
@@ -76,11 +78,13 @@ type jsonCodec struct{}
 func (jsonCodec) Marshal(v any) ([]byte, error)      { return json.Marshal(v) }
 func (jsonCodec) Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
 
-// names are the identifiers of one table's objects, quoted for SQL.
+// names are the identifiers of one table's objects.
 type names struct {
-	table, keyUnique, withdrawalUnique string
-	// unquoted constraint names, as PostgreSQL reports them in errors
-	keyConstraint, withdrawalConstraint string
+	schema, base string // as given: schema is "" for an unqualified table
+	// quoted for SQL
+	table, keyUnique, withdrawalUnique, settledCheck, inFlightIndex, settledIndex string
+	// unquoted, as PostgreSQL reports them in errors and catalogs
+	keyConstraint, withdrawalConstraint, inFlightName, settledName string
 }
 
 // An Option configures a Store made by New.
@@ -112,7 +116,7 @@ func WithTable(name string) Option {
 var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
 
 // New returns a Store over pool. It does not touch the database; call Migrate
-// to create the table.
+// to create the table, or run the statements of Schema.
 func New[R submissions.Fingerprinter](pool *pgxpool.Pool, opts ...Option) (*Store[R], error) {
 	if pool == nil {
 		return nil, errors.New("pgstore: nil pool")
@@ -123,44 +127,77 @@ func New[R submissions.Fingerprinter](pool *pgxpool.Pool, opts ...Option) (*Stor
 			opt.apply(&o)
 		}
 	}
-	parts := strings.Split(o.table, ".")
-	if len(parts) > 2 {
-		return nil, fmt.Errorf("pgstore: table name %q has more than one dot", o.table)
+	n, err := tableNames(o.table)
+	if err != nil {
+		return nil, err
 	}
-	for _, p := range parts {
-		if !identifier.MatchString(p) {
-			return nil, fmt.Errorf("pgstore: table name %q: %q is not a lower-case identifier of at most 40 characters", o.table, p)
-		}
-	}
-	base := parts[len(parts)-1]
-	n := names{
-		table:                pgx.Identifier(parts).Sanitize(),
-		keyConstraint:        base + "_key_unique",
-		withdrawalConstraint: base + "_withdrawal_unique",
-	}
-	n.keyUnique = pgx.Identifier{n.keyConstraint}.Sanitize()
-	n.withdrawalUnique = pgx.Identifier{n.withdrawalConstraint}.Sanitize()
-	ddl := strings.NewReplacer(
-		"{{table}}", n.table,
-		"{{key_unique}}", n.keyUnique,
-		"{{withdrawal_unique}}", n.withdrawalUnique,
-		"{{settled_check}}", pgx.Identifier{base + "_settled_check"}.Sanitize(),
-		"{{in_flight_index}}", pgx.Identifier{base + "_in_flight"}.Sanitize(),
-		"{{settled_index}}", pgx.Identifier{base + "_settled"}.Sanitize(),
-	).Replace(schema)
 	if o.codec == nil {
 		return nil, errors.New("pgstore: nil codec")
 	}
 	h := fnv.New64a()
 	h.Write([]byte("github.com/idemledger/submissions/pgstore:" + o.table))
-	return &Store[R]{pool: pool, codec: o.codec, names: n, schema: ddl, lockID: int64(h.Sum64()), sql: sqlFor(n.table)}, nil
+	return &Store[R]{pool: pool, codec: o.codec, names: n, schema: n.ddl(), lockID: int64(h.Sum64()), sql: sqlFor(n)}, nil
 }
 
-// sqlFor returns the statements for table. Tenants are not used yet: every
-// row has the empty tenant.
-func sqlFor(table string) statements {
+// Schema returns the statements Migrate runs for table, a name as WithTable
+// takes it, for teams that keep their schema with a migration tool: create
+// the table, its constraints and its indexes if they do not exist, and add the
+// claim_id column to a table made before it. It returns an error for a name
+// that WithTable would refuse.
+func Schema(table string) (string, error) {
+	n, err := tableNames(table)
+	if err != nil {
+		return "", err
+	}
+	return n.ddl(), nil
+}
+
+// tableNames checks table as WithTable documents it and returns the names of
+// its objects.
+func tableNames(table string) (names, error) {
+	parts := strings.Split(table, ".")
+	if len(parts) > 2 {
+		return names{}, fmt.Errorf("pgstore: table name %q has more than one dot", table)
+	}
+	for _, p := range parts {
+		if !identifier.MatchString(p) {
+			return names{}, fmt.Errorf("pgstore: table name %q: %q is not a lower-case identifier of at most 40 characters", table, p)
+		}
+	}
+	n := names{base: parts[len(parts)-1], table: pgx.Identifier(parts).Sanitize()}
+	if len(parts) == 2 {
+		n.schema = parts[0]
+	}
+	n.keyConstraint = n.base + "_key_unique"
+	n.withdrawalConstraint = n.base + "_withdrawal_unique"
+	n.inFlightName = n.base + "_in_flight"
+	n.settledName = n.base + "_settled"
+	n.keyUnique = pgx.Identifier{n.keyConstraint}.Sanitize()
+	n.withdrawalUnique = pgx.Identifier{n.withdrawalConstraint}.Sanitize()
+	n.settledCheck = pgx.Identifier{n.base + "_settled_check"}.Sanitize()
+	n.inFlightIndex = pgx.Identifier{n.inFlightName}.Sanitize()
+	n.settledIndex = pgx.Identifier{n.settledName}.Sanitize()
+	return n, nil
+}
+
+// ddl returns the embedded schema for n's table.
+func (n names) ddl() string {
+	return strings.NewReplacer(
+		"{{table}}", n.table,
+		"{{key_unique}}", n.keyUnique,
+		"{{withdrawal_unique}}", n.withdrawalUnique,
+		"{{settled_check}}", n.settledCheck,
+		"{{in_flight_index}}", n.inFlightIndex,
+		"{{settled_index}}", n.settledIndex,
+	).Replace(schema)
+}
+
+// sqlFor returns the statements for n's table. Tenants are not used yet:
+// every row has the empty tenant.
+func sqlFor(n names) statements {
 	const cols = "claim_id, withdrawal_id, amount, currency, destination, outcome"
 	const fpCols = "withdrawal_id, amount, currency, destination"
+	table := n.table
 	return statements{
 		// One round trip: the key's row if it has one, else the new row. The
 		// NOT EXISTS spares a replay a failed INSERT; it decides nothing: two
@@ -190,27 +227,50 @@ WHERE tenant = '' AND request_key = $1 AND claim_id = $2 AND outcome IS NULL
 RETURNING ` + fpCols,
 		release: `DELETE FROM ` + table + ` WHERE tenant = '' AND request_key = $1 AND claim_id = $2 AND outcome IS NULL
 RETURNING ` + fpCols,
+		// The table has its claim_id column and both indexes: there is
+		// nothing to do, and no DDL takes a lock on the table.
+		upToDate: `SELECT count(*) = 3 FROM (
+	SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'claim_id' AND NOT attisdropped
+	UNION ALL
+	SELECT 1 FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
+	WHERE x.indrelid = to_regclass($1) AND i.relname IN ($2, $3)
+) AS present`,
 	}
 }
 
-// Migrate creates the table, its constraints and its indexes if they do not
-// exist, and adds the claim_id column to a table made before it. It is
-// idempotent, and safe to run from several instances at once: it
-// holds a transaction-scoped advisory lock named after the table while it runs.
+// Migrate brings the table up to date: it runs the statements of Schema in
+// one transaction, unless the table already has what they make. It is
+// idempotent, and safe to run from several instances at once: it holds a
+// transaction-scoped advisory lock named after the table while it runs. It
+// takes no lock on a table that is up to date.
 func (s *Store[R]) Migrate(ctx context.Context) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("pgstore: migrate: %w", err)
 	}
 	defer tx.Rollback(ctx) // a no-op after Commit
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", s.lockID); err != nil {
-		return fmt.Errorf("pgstore: migrate: take the advisory lock: %w", err)
+	if err := s.lock(ctx, tx); err != nil {
+		return err
 	}
-	if _, err := tx.Exec(ctx, s.schema); err != nil {
+	var current bool
+	if err := tx.QueryRow(ctx, s.sql.upToDate, s.names.table, s.names.inFlightName, s.names.settledName).Scan(&current); err != nil {
 		return fmt.Errorf("pgstore: migrate %s: %w", s.names.table, err)
+	}
+	if !current {
+		if _, err := tx.Exec(ctx, s.schema); err != nil {
+			return fmt.Errorf("pgstore: migrate %s: %w", s.names.table, err)
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("pgstore: migrate: %w", err)
+	}
+	return nil
+}
+
+// lock takes Migrate's advisory lock for the table in tx.
+func (s *Store[R]) lock(ctx context.Context, tx pgx.Tx) error {
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", s.lockID); err != nil {
+		return fmt.Errorf("pgstore: migrate: take the advisory lock: %w", err)
 	}
 	return nil
 }
