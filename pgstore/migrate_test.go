@@ -79,3 +79,55 @@ func TestMigrateLeavesAnUpToDateTableAlone(t *testing.T) {
 	require.NoError(t, pool.QueryRow(bg, "SELECT to_regclass($1) IS NOT NULL", st.names.settledIndex).Scan(&present))
 	assert.True(t, present, "Migrate makes the index again")
 }
+
+// TestMigrateLockIsTheTablesWhateverItsSpelling: "t" and "public.t" (with the
+// default search_path) are one table, so Migrate under either spelling waits
+// while a transaction holds the lock of the other; the lock of another table
+// does not hold it up.
+func TestMigrateLockIsTheTablesWhateverItsSpelling(t *testing.T) {
+	admin := testPool(t, 2)
+	table := testTable(t, admin)
+	for _, c := range []struct{ holds, waits string }{
+		{table, "public." + table},
+		{"public." + table, table},
+	} {
+		t.Run(c.holds+" holds", func(t *testing.T) {
+			holding, err := New[w](admin, WithTable(c.holds))
+			require.NoError(t, err)
+			pool := testPool(t, 1)
+			waiting, err := New[w](pool, WithTable(c.waits))
+			require.NoError(t, err)
+			pid := backendPID(t, pool)
+
+			tx, err := admin.Begin(bg)
+			require.NoError(t, err)
+			defer tx.Rollback(bg)
+			require.NoError(t, holding.lock(bg, tx))
+			done := make(chan error, 1)
+			go func() { done <- waiting.Migrate(bg) }()
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				select {
+				case err := <-done:
+					require.Fail(t, "Migrate did not wait for the lock held under the other spelling", "Migrate(%s) returned %v", c.waits, err)
+				default:
+				}
+				var advisory bool
+				require.NoError(t, admin.QueryRow(bg, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event = 'advisory')`, pid).Scan(&advisory))
+				if advisory {
+					break
+				}
+				require.True(t, time.Now().Before(deadline), "Migrate(%s) neither returned nor waited on an advisory lock", c.waits)
+			}
+
+			// Another table's lock is another lock.
+			other, err := New[w](admin, WithTable("public."+testTable(t, admin)))
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(bg, 5*time.Second)
+			defer cancel()
+			require.NoError(t, other.Migrate(ctx), "Migrate of another table")
+
+			require.NoError(t, tx.Commit(bg))
+			require.NoError(t, <-done, "Migrate(%s) once the lock is free", c.waits)
+		})
+	}
+}

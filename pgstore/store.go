@@ -30,7 +30,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"regexp"
 	"strings"
 
@@ -55,7 +54,6 @@ type Store[R submissions.Fingerprinter] struct {
 	codec  Codec
 	names  names
 	schema string // Schema's statements for this table
-	lockID int64  // the advisory lock Migrate holds
 	sql    statements
 	recent recentKeys // keys claimed or found here: a retry of one reads first
 }
@@ -63,7 +61,7 @@ type Store[R submissions.Fingerprinter] struct {
 // statements are the store's SQL, for its table.
 type statements struct {
 	claim, lookup, claimedBy, settle, release, holder string
-	upToDate                                          string // Migrate's
+	lock, upToDate                                    string // Migrate's
 }
 
 // A Codec turns outcomes into bytes and back. Two outcomes are the same to
@@ -134,9 +132,7 @@ func New[R submissions.Fingerprinter](pool *pgxpool.Pool, opts ...Option) (*Stor
 	if o.codec == nil {
 		return nil, errors.New("pgstore: nil codec")
 	}
-	h := fnv.New64a()
-	h.Write([]byte("github.com/idemledger/submissions/pgstore:" + o.table))
-	return &Store[R]{pool: pool, codec: o.codec, names: n, schema: n.ddl(), lockID: int64(h.Sum64()), sql: sqlFor(n)}, nil
+	return &Store[R]{pool: pool, codec: o.codec, names: n, schema: n.ddl(), sql: sqlFor(n)}, nil
 }
 
 // Schema returns the statements Migrate runs for table, a name as WithTable
@@ -227,6 +223,11 @@ WHERE tenant = '' AND request_key = $1 AND claim_id = $2 AND outcome IS NULL
 RETURNING ` + fpCols,
 		release: `DELETE FROM ` + table + ` WHERE tenant = '' AND request_key = $1 AND claim_id = $2 AND outcome IS NULL
 RETURNING ` + fpCols,
+		// The lock is named after the table where CREATE TABLE puts it: an
+		// unqualified name is in current_schema(), so that "submissions" and
+		// "public.submissions" take the same lock.
+		lock: `SELECT pg_advisory_xact_lock(hashtextextended(
+	'submissions/pgstore migrate ' || coalesce(nullif($1::text, ''), current_schema(), '') || '.' || $2::text, 0))`,
 		// The table has its claim_id column and both indexes: there is
 		// nothing to do, and no DDL takes a lock on the table.
 		upToDate: `SELECT count(*) = 3 FROM (
@@ -241,8 +242,9 @@ RETURNING ` + fpCols,
 // Migrate brings the table up to date: it runs the statements of Schema in
 // one transaction, unless the table already has what they make. It is
 // idempotent, and safe to run from several instances at once: it holds a
-// transaction-scoped advisory lock named after the table while it runs. It
-// takes no lock on a table that is up to date.
+// transaction-scoped advisory lock named after the schema and table while it
+// runs, however the name is spelled ("submissions" or "public.submissions").
+// It takes no lock on a table that is up to date.
 func (s *Store[R]) Migrate(ctx context.Context) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
@@ -269,7 +271,7 @@ func (s *Store[R]) Migrate(ctx context.Context) error {
 
 // lock takes Migrate's advisory lock for the table in tx.
 func (s *Store[R]) lock(ctx context.Context, tx pgx.Tx) error {
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", s.lockID); err != nil {
+	if _, err := tx.Exec(ctx, s.sql.lock, s.names.schema, s.names.base); err != nil {
 		return fmt.Errorf("pgstore: migrate: take the advisory lock: %w", err)
 	}
 	return nil
