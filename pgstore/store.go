@@ -22,6 +22,10 @@
 // elsewhere. The SQL is plain INSERT, SELECT, UPDATE and DELETE over unique
 // constraints, with one common table expression; Migrate alone uses an
 // advisory lock.
+//
+// The table holds every key, withdrawal id, destination and amount the
+// ledger accepts, up to its limits (submissions.MaxKeyLen and the others), on
+// a database whose encoding is UTF8.
 package pgstore
 
 import (
