@@ -70,6 +70,8 @@ type statements struct {
 
 // A Codec turns outcomes into bytes and back. Two outcomes are the same to
 // the ledger when their encoding/json encodings are equal, whatever the codec.
+// A Store calls a Codec with no connection taken from its pool, so a Codec
+// that panics leaves none taken; the panic goes on to the caller.
 type Codec interface {
 	Marshal(v any) ([]byte, error)
 	Unmarshal(data []byte, v any) error
