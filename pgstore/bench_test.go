@@ -28,13 +28,14 @@ const (
 	perWorker = 25
 )
 
-// floorSQL is the least a claim, an outcome and a replay cost on the schema.
+// floorSQL is the least a claim, an outcome and a replay cost on the schema:
+// a claim returns its token, and the outcome is written on that claim.
 type floorSQL struct{ insert, update, selectRow string }
 
 func newFloor(table string) floorSQL {
 	return floorSQL{
-		insert:    `INSERT INTO ` + table + ` (request_key, withdrawal_id, amount, currency, destination) VALUES ($1, $2, $3, $4, $5)`,
-		update:    `UPDATE ` + table + ` SET outcome = $2, settled_at = now() WHERE tenant = '' AND request_key = $1 AND outcome IS NULL`,
+		insert:    `INSERT INTO ` + table + ` (request_key, withdrawal_id, amount, currency, destination) VALUES ($1, $2, $3, $4, $5) RETURNING claim_id`,
+		update:    `UPDATE ` + table + ` SET outcome = $3, settled_at = now() WHERE tenant = '' AND request_key = $1 AND claim_id = $2 AND outcome IS NULL`,
 		selectRow: `SELECT withdrawal_id, amount, currency, destination, outcome FROM ` + table + ` WHERE tenant = '' AND request_key = $1`,
 	}
 }
@@ -107,10 +108,11 @@ func BenchmarkPostgresFresh(b *testing.B) {
 		return err
 	}, func(worker, n int) error {
 		key, x := benchWithdrawal("F", worker, n)
-		if _, err := pool.Exec(bg, floor.insert, key, x.ID, x.Amount, x.Currency, x.Dest); err != nil {
+		var token int64
+		if err := pool.QueryRow(bg, floor.insert, key, x.ID, x.Amount, x.Currency, x.Dest).Scan(&token); err != nil {
 			return err
 		}
-		_, err := pool.Exec(bg, floor.update, key, []byte(`{"ID":"`+x.ID+`","State":"sent","TxHash":"0xtx"}`))
+		_, err := pool.Exec(bg, floor.update, key, token, []byte(`{"ID":"`+x.ID+`","State":"sent","TxHash":"0xtx"}`))
 		return err
 	})
 }
@@ -123,9 +125,9 @@ func BenchmarkPostgresReplay(b *testing.B) {
 		_, err := ledger.Submit(bg, key, x, send)
 		require.NoError(b, err)
 		key, x = benchWithdrawal("F", g, 0)
-		_, err = pool.Exec(bg, floor.insert, key, x.ID, x.Amount, x.Currency, x.Dest)
-		require.NoError(b, err)
-		_, err = pool.Exec(bg, floor.update, key, []byte(`{}`))
+		var token int64
+		require.NoError(b, pool.QueryRow(bg, floor.insert, key, x.ID, x.Amount, x.Currency, x.Dest).Scan(&token))
+		_, err = pool.Exec(bg, floor.update, key, token, []byte(`{}`))
 		require.NoError(b, err)
 	}
 	turns(b, func(worker, _ int) error {
