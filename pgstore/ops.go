@@ -21,7 +21,8 @@ const attempts = 3
 // claim's token. A violation on the key constraint means a concurrent claim
 // of the key won, and the claim is read again; a violation on the withdrawal
 // constraint means another key holds the withdrawal, reported as a
-// *submissions.ConflictError naming it.
+// *submissions.ConflictError naming it. It returns the key's record, token
+// included: new with claimed true, or found with claimed false.
 //
 // A key this Store has claimed or found before, and not released since, is
 // most likely there still: a retry. For such a key Claim reads the row first,
@@ -138,8 +139,10 @@ func (s *Store[R]) record(key string, row storedRow) (submissions.Record[R], err
 	return rec, nil
 }
 
-// Settle implements submissions.Store: one UPDATE of the row of key and token
-// while it has no outcome, and a read to tell why when it matched nothing.
+// Settle implements submissions.Store: one UPDATE that writes outcome on the
+// row of key and token while it has no outcome, and returns the settled
+// record. When it matches nothing, a read tells why: the claim is done (its
+// record, settled false) or gone (the zero Record).
 func (s *Store[R]) Settle(ctx context.Context, key string, token submissions.Token, outcome R) (submissions.Record[R], bool, error) {
 	encoded, err := s.encode(key, outcome)
 	if err != nil {
@@ -157,8 +160,10 @@ func (s *Store[R]) Settle(ctx context.Context, key string, token submissions.Tok
 }
 
 // Release implements submissions.Store: one DELETE of the row of key and
-// token while it has no outcome, and a read to tell why when it matched
-// nothing. The claim on the withdrawal is the same row, so it goes with it.
+// token while it has no outcome, which returns the deleted record; the claim
+// on the withdrawal is the same row, so it goes with it. When it matches
+// nothing, a read tells why: the claim is done (its record, released false)
+// or gone (the zero Record).
 func (s *Store[R]) Release(ctx context.Context, key string, token submissions.Token) (submissions.Record[R], bool, error) {
 	var fp submissions.Fingerprint
 	err := s.pool.QueryRow(ctx, s.sql.release, key, int64(token)).Scan(&fp.WithdrawalID, &fp.Amount, &fp.Currency, &fp.Destination)
@@ -183,7 +188,8 @@ func (s *Store[R]) claimDone(ctx context.Context, key string, token submissions.
 	return rec, false, nil
 }
 
-// Lookup implements submissions.Store.
+// Lookup implements submissions.Store: one SELECT of key's row, returned as
+// its record with its token, or ok false when key has none.
 func (s *Store[R]) Lookup(ctx context.Context, key string) (submissions.Record[R], bool, error) {
 	var row storedRow
 	err := s.pool.QueryRow(ctx, s.sql.lookup, key).
@@ -198,7 +204,8 @@ func (s *Store[R]) Lookup(ctx context.Context, key string) (submissions.Record[R
 	return rec, err == nil, err
 }
 
-// ClaimedBy implements submissions.Store.
+// ClaimedBy implements submissions.Store: one SELECT of the key whose row
+// holds withdrawalID, or ok false when none does.
 func (s *Store[R]) ClaimedBy(ctx context.Context, withdrawalID string) (string, bool, error) {
 	var key string
 	err := s.pool.QueryRow(ctx, s.sql.claimedBy, withdrawalID).Scan(&key)

@@ -105,7 +105,8 @@ type optionFunc func(*options)
 
 func (f optionFunc) apply(o *options) { f(o) }
 
-// WithCodec sets how outcomes are stored. The default is encoding/json.
+// WithCodec sets how outcomes are stored. The default is encoding/json; New
+// refuses a nil Codec.
 func WithCodec(c Codec) Option {
 	return optionFunc(func(o *options) { o.codec = c })
 }
@@ -119,8 +120,9 @@ func WithTable(name string) Option {
 
 var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
 
-// New returns a Store over pool. It does not touch the database; call Migrate
-// to create the table, or run the statements of Schema.
+// New returns a Store over pool, or an error for a nil pool, a nil codec or
+// a table name WithTable refuses. It does not touch the database; call
+// Migrate to create the table, or run the statements of Schema.
 func New[R submissions.Fingerprinter](pool *pgxpool.Pool, opts ...Option) (*Store[R], error) {
 	if pool == nil {
 		return nil, errors.New("pgstore: nil pool")
