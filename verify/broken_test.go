@@ -53,7 +53,7 @@ func TestBrokenStoresAreCaught(t *testing.T) {
 // caught runs histories on the lanes newLanes gives until one is not
 // linearizable, and fails t if none is within c.histories.
 func caught(t *testing.T, c linConfig, newLanes func(h int) []lane) {
-	run := checkHistories(t, c, t.TempDir(), newLanes)
+	run := checkHistories(t, c, "", newLanes)
 	require.NotNil(t, run.failure, "no history of %d was found not linearizable (SUBMISSIONS_LIN_SEED=%d)", run.histories, run.seed)
 	require.True(t, run.failure.notLinearizable, "the check failed, but not by finding a history that is not linearizable: %s", run.failure)
 	t.Log(run.failure)

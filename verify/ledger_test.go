@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"go.uber.org/goleak"
 
 	"github.com/idemledger/submissions"
@@ -278,4 +280,38 @@ func resolution(w W, key string, n int) W {
 		w = Sent(w, key)
 	}
 	return w
+}
+
+func TestClassify(t *testing.T) {
+	wrap := func(errs ...error) error {
+		format := strings.Repeat("%w: ", len(errs)-1) + "%w"
+		args := make([]any, len(errs))
+		for i, e := range errs {
+			args[i] = e
+		}
+		return fmt.Errorf(format, args...)
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want Result
+	}{
+		{"nil", nil, Result{}},
+		{"a conflict names its holder", &submissions.ConflictError{Holder: "k1", Key: "k2", WithdrawalID: "w1"}, Result{Err: Conflict, Holder: "k1"}},
+		{"idempotency", wrap(submissions.ErrIdempotencyConflict), Result{Err: Idempotency}},
+		{"in flight", wrap(submissions.ErrSubmissionInFlight), Result{Err: InFlight}},
+		{"outcome unknown with the rail's error", wrap(submissions.ErrOutcomeUnknown, errRail), Result{Err: OutcomeUnknown}},
+		{"not recorded", wrap(submissions.ErrOutcomeNotRecorded, context.Canceled), Result{Err: NotRecorded}},
+		{"outcome unknown without the rail's error", wrap(submissions.ErrOutcomeUnknown), Result{Err: Unexpected}},
+		{"not recorded with the rail's error", wrap(submissions.ErrOutcomeNotRecorded, errRail), Result{Err: Unexpected}},
+		{"not recorded as a conflict", wrap(submissions.ErrOutcomeNotRecorded, submissions.ErrIdempotencyConflict), Result{Err: Unexpected}},
+		{"not recorded as a store failure", wrap(submissions.ErrOutcomeNotRecorded, submissions.ErrStoreFailed), Result{Err: Unexpected}},
+		{"a store failure", wrap(submissions.ErrStoreFailed, errors.New("connection reset")), Result{Err: Unexpected}},
+		{"an invalid key", wrap(submissions.ErrInvalidKey), Result{Err: Unexpected}},
+		{"no class", context.DeadlineExceeded, Result{Err: Unexpected}},
+	} {
+		assert.Equal(t, tc.want, classify(tc.err), tc.name)
+	}
+	assert.Equal(t, Result{Err: Unexpected}, submitted(w1, wrap(submissions.ErrSubmissionInFlight)), "a refusal that returns an outcome")
+	assert.Equal(t, Result{Err: NotRecorded, Outcome: w1}, submitted(w1, wrap(submissions.ErrOutcomeNotRecorded)))
 }
