@@ -3,13 +3,14 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"log/slog"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/idemledger/submissions"
 )
@@ -27,13 +28,14 @@ const (
 	perWorker = 25
 )
 
-// floorSQL is the least a claim, an outcome and a replay cost on the schema.
+// floorSQL is the least a claim, an outcome and a replay cost on the schema:
+// a claim returns its token, and the outcome is written on that claim.
 type floorSQL struct{ insert, update, selectRow string }
 
 func newFloor(table string) floorSQL {
 	return floorSQL{
-		insert:    `INSERT INTO ` + table + ` (request_key, withdrawal_id, amount, currency, destination) VALUES ($1, $2, $3, $4, $5)`,
-		update:    `UPDATE ` + table + ` SET outcome = $2, settled_at = now() WHERE tenant = '' AND request_key = $1 AND outcome IS NULL`,
+		insert:    `INSERT INTO ` + table + ` (request_key, withdrawal_id, amount, currency, destination) VALUES ($1, $2, $3, $4, $5) RETURNING claim_id`,
+		update:    `UPDATE ` + table + ` SET outcome = $3, settled_at = now() WHERE tenant = '' AND request_key = $1 AND claim_id = $2 AND outcome IS NULL`,
 		selectRow: `SELECT withdrawal_id, amount, currency, destination, outcome FROM ` + table + ` WHERE tenant = '' AND request_key = $1`,
 	}
 }
@@ -50,8 +52,7 @@ func turns(b *testing.B, ledger, floor func(worker, n int) error) {
 			go func() {
 				defer wg.Done()
 				for i := range perWorker {
-					if err := f(g, turn*perWorker+i); err != nil {
-						b.Error(err)
+					if err := f(g, turn*perWorker+i); !assert.NoError(b, err) {
 						return
 					}
 				}
@@ -81,17 +82,11 @@ func turns(b *testing.B, ledger, floor func(worker, n int) error) {
 func benchStores(b *testing.B) (*submissions.Submissions[w], *pgxpool.Pool, floorSQL) {
 	pool := testPool(b, workers+2)
 	ledgerStore, err := New[w](pool, WithTable(testTable(b, pool)))
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	floorStore, err := New[w](pool, WithTable(testTable(b, pool)))
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	for _, s := range []*Store[w]{ledgerStore, floorStore} {
-		if err := s.Migrate(bg); err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, s.Migrate(bg))
 	}
 	ledger := submissions.NewWithStore[w](ledgerStore, submissions.WithLogger(quiet))
 	return ledger, pool, newFloor(floorStore.names.table)
@@ -113,10 +108,11 @@ func BenchmarkPostgresFresh(b *testing.B) {
 		return err
 	}, func(worker, n int) error {
 		key, x := benchWithdrawal("F", worker, n)
-		if _, err := pool.Exec(bg, floor.insert, key, x.ID, x.Amount, x.Currency, x.Dest); err != nil {
+		var token int64
+		if err := pool.QueryRow(bg, floor.insert, key, x.ID, x.Amount, x.Currency, x.Dest).Scan(&token); err != nil {
 			return err
 		}
-		_, err := pool.Exec(bg, floor.update, key, []byte(`{"ID":"`+x.ID+`","State":"sent","TxHash":"0xtx"}`))
+		_, err := pool.Exec(bg, floor.update, key, token, []byte(`{"ID":"`+x.ID+`","State":"sent","TxHash":"0xtx"}`))
 		return err
 	})
 }
@@ -126,16 +122,13 @@ func BenchmarkPostgresReplay(b *testing.B) {
 	send := func(_ context.Context, x w) (w, error) { return sent(x, "0xtx"), nil }
 	for g := range workers {
 		key, x := benchWithdrawal("L", g, 0)
-		if _, err := ledger.Submit(bg, key, x, send); err != nil {
-			b.Fatal(err)
-		}
+		_, err := ledger.Submit(bg, key, x, send)
+		require.NoError(b, err)
 		key, x = benchWithdrawal("F", g, 0)
-		if _, err := pool.Exec(bg, floor.insert, key, x.ID, x.Amount, x.Currency, x.Dest); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := pool.Exec(bg, floor.update, key, []byte(`{}`)); err != nil {
-			b.Fatal(err)
-		}
+		var token int64
+		require.NoError(b, pool.QueryRow(bg, floor.insert, key, x.ID, x.Amount, x.Currency, x.Dest).Scan(&token))
+		_, err = pool.Exec(bg, floor.update, key, token, []byte(`{}`))
+		require.NoError(b, err)
 	}
 	turns(b, func(worker, _ int) error {
 		key, x := benchWithdrawal("L", worker, 0)

@@ -3,6 +3,9 @@ package pgstore
 import (
 	"fmt"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestRecentKeysAreBounded: the keys a Store remembers, to read a retry
@@ -15,20 +18,12 @@ func TestRecentKeysAreBounded(t *testing.T) {
 	const n = 2*recentCap + 1
 	for i := range n {
 		r.add(key(i))
-		if held := len(r.new) + len(r.old); held > 2*recentCap {
-			t.Fatalf("after %d keys: %d remembered; want at most %d", i+1, held, 2*recentCap)
-		}
+		require.LessOrEqual(t, len(r.new)+len(r.old), 2*recentCap, "keys remembered after %d", i+1)
 	}
 	for i := n - recentCap; i < n; i++ {
-		if !r.has(key(i)) {
-			t.Fatalf("key %d of the last %d is forgotten", i, recentCap)
-		}
+		require.True(t, r.has(key(i)), "key %d of the last %d is forgotten", i, recentCap)
 	}
-	if r.has(key(0)) {
-		t.Fatalf("the first of %d keys is still remembered; want it dropped", n)
-	}
+	assert.False(t, r.has(key(0)), "the first of %d keys is still remembered", n)
 	r.forget(key(n - 1))
-	if r.has(key(n - 1)) {
-		t.Fatal("a forgotten key is still remembered")
-	}
+	assert.False(t, r.has(key(n-1)), "a forgotten key is still remembered")
 }

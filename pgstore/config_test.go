@@ -3,11 +3,11 @@ package pgstore
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/idemledger/submissions"
 )
@@ -27,15 +27,10 @@ func (c codec) Marshal(any) ([]byte, error) { return c.out, c.err }
 func TestNewAppliesItsOptions(t *testing.T) {
 	c := codec{err: errors.New("codec broken")}
 	s, err := New[w](&pgxpool.Pool{}, WithTable("ignored"), nil, WithTable("payouts.withdrawals"), WithCodec(c))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := s.names.table, `"payouts"."withdrawals"`; got != want {
-		t.Errorf("table: got %s; want %s", got, want)
-	}
-	if _, err := s.encode("req-1", newW("w-1")); !errors.Is(err, c.err) {
-		t.Errorf("encode: got %v; want the codec's error", err)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, `"payouts"."withdrawals"`, s.names.table)
+	_, err = s.encode("req-1", newW("w-1"))
+	assert.ErrorIs(t, err, c.err, "encode uses the codec")
 }
 
 // TestMigrateGivesBackItsConnection: Migrate returns the connection it took
@@ -44,9 +39,7 @@ func TestNewAppliesItsOptions(t *testing.T) {
 // this test closes its pool only when none is kept).
 func TestMigrateGivesBackItsConnection(t *testing.T) {
 	pool, err := pgxpool.NewWithConfig(bg, testPool(t, 2).Config())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() {
 		if pool.Stat().AcquiredConns() == 0 {
 			pool.Close()
@@ -60,15 +53,13 @@ func TestMigrateGivesBackItsConnection(t *testing.T) {
 		{"no_such_schema." + testTable(t, pool), true}, // the CREATE TABLE fails
 	} {
 		s, err := New[w](pool, WithTable(c.table))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		err = s.Migrate(bg)
-		if n := pool.Stat().AcquiredConns(); n != 0 {
-			t.Fatalf("Migrate of %s (error %v): %d connections still acquired; want 0", c.table, err, n)
-		}
-		if (err != nil) != c.fails {
-			t.Fatalf("Migrate of %s: got error %v; want one: %v", c.table, err, c.fails)
+		require.Zero(t, pool.Stat().AcquiredConns(), "connections acquired after Migrate of %s (error %v)", c.table, err)
+		if c.fails {
+			require.Error(t, err, "Migrate of %s", c.table)
+		} else {
+			require.NoError(t, err, "Migrate of %s", c.table)
 		}
 	}
 }
@@ -91,29 +82,23 @@ func TestOutcomesTheCodecCannotEncode(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			st, err := New[w](pool, WithTable(testTable(t, pool)), WithCodec(c.codec))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := st.Migrate(bg); err != nil {
-				t.Fatal(err)
-			}
-			ledger := submissions.NewWithStore[w](st)
+			require.NoError(t, err)
+			require.NoError(t, st.Migrate(bg))
+			ledger := submissions.NewWithStore[w](st, submissions.WithLogger(quiet))
 			err = ledger.Resolve(bg, "req-1", sent(newW("w-1"), "0xfound"))
-			if err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Fatalf("Resolve: got %v; want an error saying %q", err, c.want)
-			}
-			if _, ok, err := ledger.ClaimedBy(bg, "w-1"); err != nil || ok {
-				t.Fatalf("ClaimedBy after the failed Resolve: got %v, %v; want the withdrawal free", ok, err)
-			}
+			require.ErrorIs(t, err, submissions.ErrStoreFailed, "Resolve")
+			require.ErrorContains(t, err, c.want, "Resolve")
+			_, ok, err := ledger.ClaimedBy(bg, "w-1")
+			require.NoError(t, err)
+			require.False(t, ok, "the withdrawal stays free after the failed Resolve")
 
 			moved := sent(newW("w-2"), "0xmoved")
 			out, err := ledger.Submit(bg, "req-2", newW("w-2"), func(context.Context, w) (w, error) { return moved, nil })
-			if !errors.Is(err, submissions.ErrOutcomeNotRecorded) || !strings.Contains(fmt.Sprint(err), c.want) || out != moved {
-				t.Fatalf("Submit: got %+v, %v; want the rail's outcome and ErrOutcomeNotRecorded saying %q", out, err, c.want)
-			}
-			if _, err := ledger.Submit(bg, "req-2", newW("w-2"), nil); !errors.Is(err, submissions.ErrSubmissionInFlight) {
-				t.Fatalf("Submit again: got %v; want ErrSubmissionInFlight", err)
-			}
+			require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded, "Submit")
+			require.ErrorContains(t, err, c.want, "Submit")
+			require.Equal(t, moved, out, "Submit returns the rail's outcome")
+			_, err = ledger.Submit(bg, "req-2", newW("w-2"), nil)
+			require.ErrorIs(t, err, submissions.ErrSubmissionInFlight, "Submit again")
 		})
 	}
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // urlVar names the connection string the tests read.
@@ -39,9 +41,7 @@ func testPoolWith(t testing.TB, conns int32, configure func(*pgxpool.Config)) *p
 		t.Skipf("%s is not set: skipping a PostgreSQL test (scripts/test starts a local server when it can)", urlVar)
 	}
 	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatalf("%s: %v", urlVar, err)
-	}
+	require.NoError(t, err, urlVar)
 	cfg.MaxConns = conns
 	if configure != nil {
 		configure(cfg)
@@ -52,9 +52,7 @@ func testPoolWith(t testing.TB, conns int32, configure func(*pgxpool.Config)) *p
 	if err == nil {
 		err = pool.Ping(ctx)
 	}
-	if err != nil {
-		t.Fatalf("connect to the test database: %v", err)
-	}
+	require.NoError(t, err, "connect to the test database")
 	t.Cleanup(pool.Close)
 	return pool
 }
@@ -102,9 +100,8 @@ func testTable(t testing.TB, pool *pgxpool.Pool) string {
 	t.Helper()
 	name := fmt.Sprintf("t%d_%d", os.Getpid(), tables.Add(1))
 	t.Cleanup(func() {
-		if _, err := pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+name); err != nil {
-			t.Errorf("drop %s: %v", name, err)
-		}
+		_, err := pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+name)
+		assert.NoError(t, err, "drop %s", name)
 	})
 	return name
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/idemledger/submissions"
 	"github.com/idemledger/submissions/storetest"
@@ -39,11 +41,10 @@ func (c *counter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndDat
 func TestRoundTrips(t *testing.T) {
 	count := &counter{}
 	pool := testPoolWith(t, 2, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = count })
-	ledger := submissions.NewWithStore[w](newTestStore[w](t, pool))
+	ledger := submissions.NewWithStore[w](newTestStore[w](t, pool), submissions.WithLogger(quiet))
 	send := func(_ context.Context, x w) (w, error) { return sent(x, "0xtx"), nil }
-	if _, err := ledger.Submit(bg, "warm-up", newW("w-0"), send); err != nil {
-		t.Fatal(err)
-	}
+	_, err := ledger.Submit(bg, "warm-up", newW("w-0"), send)
+	require.NoError(t, err)
 	for _, c := range []struct {
 		name string
 		call func() error
@@ -62,12 +63,8 @@ func TestRoundTrips(t *testing.T) {
 		{"claimed by", func() error { _, _, err := ledger.ClaimedBy(bg, "w-1"); return err }, 1},
 	} {
 		before := count.n.Load()
-		if err := c.call(); err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		if got := count.n.Load() - before; got != c.want {
-			t.Errorf("%s: statements: got %d; want %d", c.name, got, c.want)
-		}
+		require.NoError(t, c.call(), c.name)
+		assert.Equal(t, c.want, count.n.Load()-before, "statements of %s", c.name)
 	}
 }
 
@@ -76,47 +73,39 @@ func TestRoundTrips(t *testing.T) {
 func backendPID(t *testing.T, pool *pgxpool.Pool) int {
 	t.Helper()
 	var pid int
-	if err := pool.QueryRow(bg, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, pool.QueryRow(bg, "SELECT pg_backend_pid()").Scan(&pid))
 	return pid
 }
 
 // terminate ends the backend pid and waits until it is gone. It reports
-// failures with t.Errorf, so that other goroutines may call it.
+// failures with assert, so that other goroutines may call it.
 func terminate(t *testing.T, admin *pgxpool.Pool, pid int) {
 	t.Helper()
-	if _, err := admin.Exec(bg, "SELECT pg_terminate_backend($1)", pid); err != nil {
-		t.Errorf("pg_terminate_backend: %v", err)
+	if _, err := admin.Exec(bg, "SELECT pg_terminate_backend($1)", pid); !assert.NoError(t, err, "pg_terminate_backend") {
 		return
 	}
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		var alive bool
-		if err := admin.QueryRow(bg, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)", pid).Scan(&alive); err != nil {
-			t.Errorf("pg_stat_activity: %v", err)
-			return
-		}
-		if !alive {
+		err := admin.QueryRow(bg, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)", pid).Scan(&alive)
+		if !assert.NoError(t, err, "pg_stat_activity") || !alive {
 			return
 		}
 	}
-	t.Errorf("backend %d still alive", pid)
+	assert.Fail(t, "backend still alive", "backend %d", pid)
 }
 
-// waitForLock waits until backend pid waits on a lock.
+// waitForLock waits until backend pid waits on a lock. It reports failures
+// with assert, so that other goroutines may call it.
 func waitForLock(t *testing.T, admin *pgxpool.Pool, pid int) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		var waiting bool
-		if err := admin.QueryRow(bg, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock')`, pid).Scan(&waiting); err != nil {
-			t.Error(err)
-			return
-		}
-		if waiting {
+		err := admin.QueryRow(bg, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock')`, pid).Scan(&waiting)
+		if !assert.NoError(t, err, "pg_stat_activity") || waiting {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Errorf("backend %d never waited on a lock", pid)
+			assert.Fail(t, "never waited on a lock", "backend %d", pid)
 			return
 		}
 	}
@@ -130,7 +119,7 @@ func TestConnectionKilledDuringTheOutcomeWrite(t *testing.T) {
 	pool := testPool(t, 1) // one connection: the claim's, then the outcome's
 	admin := testPool(t, 2)
 	st := newTestStore[w](t, pool)
-	ledger := submissions.NewWithStore[w](st)
+	ledger := submissions.NewWithStore[w](st, submissions.WithLogger(quiet))
 	pid := backendPID(t, pool)
 	var sends atomic.Int64
 	x := newW("w-1")
@@ -155,27 +144,18 @@ func TestConnectionKilledDuringTheOutcomeWrite(t *testing.T) {
 		return sent(x, "0xmoved"), nil
 	})
 	<-killed
-	if !errors.Is(err, submissions.ErrOutcomeNotRecorded) || out != sent(x, "0xmoved") {
-		t.Fatalf("Submit: got %+v, %v; want the rail's outcome and ErrOutcomeNotRecorded", out, err)
-	}
+	require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded, "Submit")
+	require.Equal(t, sent(x, "0xmoved"), out, "Submit returns the rail's outcome")
 	again := func(context.Context, w) (w, error) { sends.Add(1); return w{}, errors.New("sent twice") }
 	_, err = ledger.Submit(bg, "req-1", x, again)
-	if !errors.Is(err, submissions.ErrSubmissionInFlight) {
-		t.Fatalf("retry: got %v; want ErrSubmissionInFlight", err)
-	}
+	require.ErrorIs(t, err, submissions.ErrSubmissionInFlight, "retry")
 	_, err = ledger.Submit(bg, "req-2", x, again)
-	if !errors.As(err, new(*submissions.ConflictError)) {
-		t.Fatalf("another key: got %v; want a *ConflictError", err)
-	}
-	if err := ledger.Resolve(bg, "req-1", out); err != nil {
-		t.Fatalf("Resolve with the outcome the error came with: %v", err)
-	}
-	if got, err := ledger.Submit(bg, "req-1", x, again); err != nil || got != out {
-		t.Fatalf("replay after Resolve: got %+v, %v; want %+v", got, err, out)
-	}
-	if n := sends.Load(); n != 1 {
-		t.Fatalf("sends: got %d; want 1", n)
-	}
+	require.ErrorAs(t, err, new(*submissions.ConflictError), "another key")
+	require.NoError(t, ledger.Resolve(bg, "req-1", out), "Resolve with the outcome the error came with")
+	got, err := ledger.Submit(bg, "req-1", x, again)
+	require.NoError(t, err, "replay after Resolve")
+	require.Equal(t, out, got, "replay after Resolve")
+	require.EqualValues(t, 1, sends.Load(), "sends")
 }
 
 // TestConnectionKilledDuringTheClaim: the claim's INSERT waits on a row
@@ -186,18 +166,15 @@ func TestConnectionKilledDuringTheClaim(t *testing.T) {
 	pool := testPool(t, 1)
 	admin := testPool(t, 2)
 	st := newTestStore[w](t, pool)
-	ledger := submissions.NewWithStore[w](st)
+	ledger := submissions.NewWithStore[w](st, submissions.WithLogger(quiet))
 	pid := backendPID(t, pool)
 
 	blocker, err := admin.Begin(bg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer blocker.Rollback(bg)
-	if _, err := blocker.Exec(bg, `INSERT INTO `+st.names.table+` (request_key, withdrawal_id, amount, currency, destination)
-		VALUES ('req-1', 'w-blocker', '1', 'BTC', 'bc1q')`); err != nil {
-		t.Fatal(err)
-	}
+	_, err = blocker.Exec(bg, `INSERT INTO `+st.names.table+` (request_key, withdrawal_id, amount, currency, destination)
+		VALUES ('req-1', 'w-blocker', '1', 'BTC', 'bc1q')`)
+	require.NoError(t, err)
 	var sends atomic.Int64
 	send := func(_ context.Context, x w) (w, error) { sends.Add(1); return sent(x, "0xtx"), nil }
 	done := make(chan error, 1)
@@ -208,18 +185,12 @@ func TestConnectionKilledDuringTheClaim(t *testing.T) {
 	waitForLock(t, admin, pid)
 	terminate(t, admin, pid)
 	err = <-done
-	if err == nil || !strings.Contains(err.Error(), "nothing was sent") {
-		t.Fatalf("Submit: got %v; want an error saying nothing was sent", err)
-	}
-	if err := blocker.Rollback(bg); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ledger.Submit(bg, "req-1", newW("w-1"), send); err != nil {
-		t.Fatalf("Submit once the claim is free: %v", err)
-	}
-	if n := sends.Load(); n != 1 {
-		t.Fatalf("sends: got %d; want 1", n)
-	}
+	require.ErrorIs(t, err, submissions.ErrStoreFailed, "Submit: the store failed, nothing was sent")
+	require.Zero(t, sends.Load(), "sends")
+	require.NoError(t, blocker.Rollback(bg))
+	_, err = ledger.Submit(bg, "req-1", newW("w-1"), send)
+	require.NoError(t, err, "Submit once the claim is free")
+	require.EqualValues(t, 1, sends.Load(), "sends")
 }
 
 // TestAKeySeenBeforeIsClaimedAgainOnceReleased: a Store tries a plain read
@@ -229,43 +200,27 @@ func TestAKeySeenBeforeIsClaimedAgainOnceReleased(t *testing.T) {
 	count := &counter{}
 	pool := testPoolWith(t, 2, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = count })
 	st := newTestStore[w](t, pool)
-	here := submissions.NewWithStore[w](st)
+	here := submissions.NewWithStore[w](st, submissions.WithLogger(quiet))
 	other, err := New[w](pool, WithTable(strings.Trim(st.names.table, `"`)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	elsewhere := submissions.NewWithStore[w](other)
+	require.NoError(t, err)
+	elsewhere := submissions.NewWithStore[w](other, submissions.WithLogger(quiet))
 	var sends atomic.Int64
 	failing := func(context.Context, w) (w, error) { sends.Add(1); return w{}, errors.New("rail timed out") }
-	if _, err := here.Submit(bg, "req-1", newW("w-1"), failing); err == nil {
-		t.Fatal("Submit with a failing send: got nil error")
-	}
-	if err := elsewhere.Release(bg, "req-1"); err != nil {
-		t.Fatalf("Release on another instance: %v", err)
-	}
+	_, err = here.Submit(bg, "req-1", newW("w-1"), failing)
+	require.ErrorIs(t, err, submissions.ErrOutcomeUnknown, "Submit with a failing send")
+	require.NoError(t, elsewhere.Release(bg, "req-1"), "Release on another instance")
 	before := count.n.Load()
 	out, err := here.Submit(bg, "req-1", newW("w-1"), func(_ context.Context, x w) (w, error) { sends.Add(1); return sent(x, "0xtx"), nil })
-	if err != nil || out.TxHash != "0xtx" {
-		t.Fatalf("Submit after the release: got %+v, %v; want it sent", out, err)
-	}
-	if got := count.n.Load() - before; got != 3 {
-		t.Errorf("statements: got %d; want 3 (a read that misses, the claim, the outcome)", got)
-	}
+	require.NoError(t, err, "Submit after the release")
+	require.Equal(t, "0xtx", out.TxHash, "Submit after the release sends")
+	assert.EqualValues(t, 3, count.n.Load()-before, "statements: a read that misses, the claim, the outcome")
 	// Released here, the key's next submit is a fresh one: two statements.
-	if _, err := here.Submit(bg, "req-2", newW("w-2"), failing); err == nil {
-		t.Fatal("Submit with a failing send: got nil error")
-	}
-	if err := here.Release(bg, "req-2"); err != nil {
-		t.Fatal(err)
-	}
+	_, err = here.Submit(bg, "req-2", newW("w-2"), failing)
+	require.ErrorIs(t, err, submissions.ErrOutcomeUnknown, "Submit with a failing send")
+	require.NoError(t, here.Release(bg, "req-2"))
 	before = count.n.Load()
-	if _, err := here.Submit(bg, "req-2", newW("w-2"), func(_ context.Context, x w) (w, error) { return sent(x, "0xtx"), nil }); err != nil {
-		t.Fatal(err)
-	}
-	if got := count.n.Load() - before; got != 2 {
-		t.Errorf("statements after a release here: got %d; want 2", got)
-	}
-	if n := sends.Load(); n != 3 {
-		t.Fatalf("sends: got %d; want 3 (a failed one and one after each release)", n)
-	}
+	_, err = here.Submit(bg, "req-2", newW("w-2"), func(_ context.Context, x w) (w, error) { return sent(x, "0xtx"), nil })
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, count.n.Load()-before, "statements after a release here")
+	require.EqualValues(t, 3, sends.Load(), "sends: a failed one and one after each release")
 }

@@ -17,10 +17,12 @@ import (
 const attempts = 3
 
 // Claim implements submissions.Store: one INSERT whose unique constraints
-// decide. A violation on the key constraint means a concurrent claim of the
-// key won, and the claim is read again; a violation on the withdrawal
+// decide; the new row's claim_id, drawn from an identity sequence, is the
+// claim's token. A violation on the key constraint means a concurrent claim
+// of the key won, and the claim is read again; a violation on the withdrawal
 // constraint means another key holds the withdrawal, reported as a
-// *submissions.ConflictError naming it.
+// *submissions.ConflictError naming it. It returns the key's record, token
+// included: new with claimed true, or found with claimed false.
 //
 // A key this Store has claimed or found before, and not released since, is
 // most likely there still: a retry. For such a key Claim reads the row first,
@@ -77,7 +79,7 @@ func (s *Store[R]) claimOnce(ctx context.Context, key string, fp submissions.Fin
 		row      storedRow
 	)
 	err := s.pool.QueryRow(ctx, s.sql.claim, key, fp.WithdrawalID, fp.Amount, fp.Currency, fp.Destination, encoded).
-		Scan(&inserted, &row.fp.WithdrawalID, &row.fp.Amount, &row.fp.Currency, &row.fp.Destination, &row.outcome)
+		Scan(&inserted, &row.token, &row.fp.WithdrawalID, &row.fp.Amount, &row.fp.Currency, &row.fp.Destination, &row.outcome)
 	if err != nil {
 		return submissions.Record[R]{}, false, s.translate(err)
 	}
@@ -89,14 +91,16 @@ func (s *Store[R]) claimOnce(ctx context.Context, key string, fp submissions.Fin
 // withdrawalID ("" for none), both at the same moment.
 func (s *Store[R]) holder(ctx context.Context, key, withdrawalID string) (rec submissions.Record[R], found bool, holder string, err error) {
 	var (
+		token                          *int64
 		id, amount, currency, dest, by *string
 		outcome                        []byte
 	)
-	if err := s.pool.QueryRow(ctx, s.sql.holder, key, withdrawalID).Scan(&id, &amount, &currency, &dest, &outcome, &by); err != nil {
+	if err := s.pool.QueryRow(ctx, s.sql.holder, key, withdrawalID).Scan(&token, &id, &amount, &currency, &dest, &outcome, &by); err != nil {
 		return rec, false, "", s.translate(err)
 	}
-	if id != nil {
-		rec, err = s.record(key, storedRow{fp: submissions.Fingerprint{WithdrawalID: *id, Amount: *amount, Currency: *currency, Destination: *dest}, outcome: outcome})
+	if token != nil {
+		row := storedRow{token: *token, fp: submissions.Fingerprint{WithdrawalID: *id, Amount: *amount, Currency: *currency, Destination: *dest}, outcome: outcome}
+		rec, err = s.record(key, row)
 		return rec, err == nil, "", err
 	}
 	if by != nil {
@@ -120,12 +124,13 @@ func (s *Store[R]) encode(key string, outcome R) ([]byte, error) {
 
 // storedRow is a row as scanned, before its outcome is decoded.
 type storedRow struct {
+	token   int64 // claim_id
 	fp      submissions.Fingerprint
 	outcome []byte // nil while in flight
 }
 
 func (s *Store[R]) record(key string, row storedRow) (submissions.Record[R], error) {
-	rec := submissions.Record[R]{Fingerprint: row.fp, Done: row.outcome != nil}
+	rec := submissions.Record[R]{Fingerprint: row.fp, Done: row.outcome != nil, Token: submissions.Token(row.token)}
 	if rec.Done {
 		if err := s.codec.Unmarshal(row.outcome, &rec.Outcome); err != nil {
 			return submissions.Record[R]{}, fmt.Errorf("pgstore: decode the outcome of request key %s: %w", key, err)
@@ -134,49 +139,61 @@ func (s *Store[R]) record(key string, row storedRow) (submissions.Record[R], err
 	return rec, nil
 }
 
-// Settle implements submissions.Store: one UPDATE of the key's row for fp
-// while it has no outcome, and a read to tell why when it matched nothing.
-func (s *Store[R]) Settle(ctx context.Context, key string, fp submissions.Fingerprint, outcome R) (submissions.Record[R], bool, error) {
+// Settle implements submissions.Store: one UPDATE that writes outcome on the
+// row of key and token while it has no outcome, and returns the settled
+// record. When it matches nothing, a read tells why: the claim is done (its
+// record, settled false) or gone (the zero Record).
+func (s *Store[R]) Settle(ctx context.Context, key string, token submissions.Token, outcome R) (submissions.Record[R], bool, error) {
 	encoded, err := s.encode(key, outcome)
 	if err != nil {
 		return submissions.Record[R]{}, false, err
 	}
-	tag, err := s.pool.Exec(ctx, s.sql.settle, key, fp.WithdrawalID, fp.Amount, fp.Currency, fp.Destination, encoded)
-	if err != nil {
+	var fp submissions.Fingerprint
+	err = s.pool.QueryRow(ctx, s.sql.settle, key, int64(token), encoded).Scan(&fp.WithdrawalID, &fp.Amount, &fp.Currency, &fp.Destination)
+	switch {
+	case err == nil:
+		return submissions.Record[R]{Fingerprint: fp, Outcome: outcome, Done: true, Token: token}, true, nil
+	case !errors.Is(err, pgx.ErrNoRows):
 		return submissions.Record[R]{}, false, s.translate(err)
 	}
-	if tag.RowsAffected() == 1 {
-		return submissions.Record[R]{Fingerprint: fp, Outcome: outcome, Done: true}, true, nil
+	return s.claimDone(ctx, key, token)
+}
+
+// Release implements submissions.Store: one DELETE of the row of key and
+// token while it has no outcome, which returns the deleted record; the claim
+// on the withdrawal is the same row, so it goes with it. When it matches
+// nothing, a read tells why: the claim is done (its record, released false)
+// or gone (the zero Record).
+func (s *Store[R]) Release(ctx context.Context, key string, token submissions.Token) (submissions.Record[R], bool, error) {
+	var fp submissions.Fingerprint
+	err := s.pool.QueryRow(ctx, s.sql.release, key, int64(token)).Scan(&fp.WithdrawalID, &fp.Amount, &fp.Currency, &fp.Destination)
+	switch {
+	case err == nil:
+		s.recent.forget(key) // its next claim is most likely a fresh one
+		return submissions.Record[R]{Fingerprint: fp, Token: token}, true, nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return submissions.Record[R]{}, false, s.translate(err)
 	}
+	return s.claimDone(ctx, key, token)
+}
+
+// claimDone is the answer of a Settle or Release that matched no row: key's
+// record if it is token's claim (which, having been in flight under a token
+// its caller holds, can only be done now), and otherwise the zero Record.
+func (s *Store[R]) claimDone(ctx context.Context, key string, token submissions.Token) (submissions.Record[R], bool, error) {
 	rec, ok, err := s.Lookup(ctx, key)
-	if err != nil || !ok || rec.Fingerprint != fp {
+	if err != nil || !ok || rec.Token != token {
 		return submissions.Record[R]{}, false, err
 	}
 	return rec, false, nil
 }
 
-// Release implements submissions.Store: one DELETE of the key's row while it
-// has no outcome, and a read to tell why when it matched nothing. The claim is
-// the same row, so it goes with it.
-func (s *Store[R]) Release(ctx context.Context, key string) (submissions.Record[R], bool, error) {
-	var fp submissions.Fingerprint
-	err := s.pool.QueryRow(ctx, s.sql.release, key).Scan(&fp.WithdrawalID, &fp.Amount, &fp.Currency, &fp.Destination)
-	switch {
-	case err == nil:
-		s.recent.forget(key) // its next claim is most likely a fresh one
-		return submissions.Record[R]{Fingerprint: fp}, true, nil
-	case !errors.Is(err, pgx.ErrNoRows):
-		return submissions.Record[R]{}, false, s.translate(err)
-	}
-	rec, _, err := s.Lookup(ctx, key)
-	return rec, false, err
-}
-
-// Lookup implements submissions.Store.
+// Lookup implements submissions.Store: one SELECT of key's row, returned as
+// its record with its token, or ok false when key has none.
 func (s *Store[R]) Lookup(ctx context.Context, key string) (submissions.Record[R], bool, error) {
 	var row storedRow
 	err := s.pool.QueryRow(ctx, s.sql.lookup, key).
-		Scan(&row.fp.WithdrawalID, &row.fp.Amount, &row.fp.Currency, &row.fp.Destination, &row.outcome)
+		Scan(&row.token, &row.fp.WithdrawalID, &row.fp.Amount, &row.fp.Currency, &row.fp.Destination, &row.outcome)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return submissions.Record[R]{}, false, nil
@@ -187,7 +204,8 @@ func (s *Store[R]) Lookup(ctx context.Context, key string) (submissions.Record[R
 	return rec, err == nil, err
 }
 
-// ClaimedBy implements submissions.Store.
+// ClaimedBy implements submissions.Store: one SELECT of the key whose row
+// holds withdrawalID, or ok false when none does.
 func (s *Store[R]) ClaimedBy(ctx context.Context, withdrawalID string) (string, bool, error) {
 	var key string
 	err := s.pool.QueryRow(ctx, s.sql.claimedBy, withdrawalID).Scan(&key)

@@ -16,6 +16,9 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/idemledger/submissions"
 )
@@ -32,7 +35,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 // child runs one instance of a payout service: a ledger on the shared table,
@@ -122,16 +125,10 @@ func spawn(t *testing.T, role string, env ...string) (*exec.Cmd, io.WriteCloser,
 	cmd.Env = append(os.Environ(), append([]string{childVar + "=" + role}, env...)...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	return cmd, stdin, bufio.NewScanner(stdout)
 }
@@ -141,9 +138,8 @@ func spawn(t *testing.T, role string, env ...string) (*exec.Cmd, io.WriteCloser,
 func sendsTable(t *testing.T, pool *pgxpool.Pool) string {
 	t.Helper()
 	name := testTable(t, pool)
-	if _, err := pool.Exec(bg, "CREATE TABLE "+name+" (withdrawal_id text NOT NULL, process int NOT NULL)"); err != nil {
-		t.Fatal(err)
-	}
+	_, err := pool.Exec(bg, "CREATE TABLE "+name+" (withdrawal_id text NOT NULL, process int NOT NULL)")
+	require.NoError(t, err)
 	return name
 }
 
@@ -171,60 +167,43 @@ func TestProcessesRaceOnTheSameWithdrawals(t *testing.T) {
 			var procs []proc
 			for range processes {
 				cmd, stdin, out := spawn(t, "race", env...)
-				if !out.Scan() || out.Text() != "ready" {
-					t.Fatalf("a child did not get ready: %q", out.Text())
-				}
+				require.True(t, out.Scan(), "a child did not get ready")
+				require.Equal(t, "ready", out.Text(), "a child did not get ready")
 				procs = append(procs, proc{cmd, stdin, out})
 			}
 			for _, p := range procs { // go, all at once
-				if _, err := io.WriteString(p.stdin, "go\n"); err != nil {
-					t.Fatal(err)
-				}
+				_, err := io.WriteString(p.stdin, "go\n")
+				require.NoError(t, err)
 			}
 			results := map[string]int{}
 			for _, p := range procs {
 				for p.out.Scan() {
 					kind, rest, _ := strings.Cut(p.out.Text(), " ")
-					if kind == "error" {
-						t.Errorf("a child: %s", rest)
-					}
+					assert.NotEqual(t, "error", kind, "a child: %s", rest)
 					results[kind]++
 				}
-				if err := p.cmd.Wait(); err != nil {
-					t.Fatalf("a child: %v", err)
-				}
+				require.NoError(t, p.cmd.Wait(), "a child")
 			}
 			calls := processes * 4 * withdrawals
-			if got := results["ok"] + results["conflict"] + results["inflight"]; got != calls {
-				t.Fatalf("calls answered: got %d (%v); want %d", got, results, calls)
-			}
+			require.Equal(t, calls, results["ok"]+results["conflict"]+results["inflight"], "calls answered: %v", results)
 			rows, err := pool.Query(bg, "SELECT withdrawal_id, count(*) FROM "+sends+" GROUP BY withdrawal_id")
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			sent := map[string]int64{}
 			for rows.Next() {
 				var id string
 				var n int64
-				if err := rows.Scan(&id, &n); err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, rows.Scan(&id, &n))
 				sent[id] = n
 			}
-			if err := rows.Err(); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, rows.Err())
 			for i := range withdrawals {
-				if id := fmt.Sprint("w-", i); sent[id] != 1 {
-					t.Errorf("%s was sent %d times; want 1", id, sent[id])
-				}
+				id := fmt.Sprint("w-", i)
+				assert.EqualValues(t, 1, sent[id], "sends of %s", id)
 			}
-			if len(sent) != withdrawals {
-				t.Errorf("withdrawals sent: got %d; want %d", len(sent), withdrawals)
-			}
+			assert.Len(t, sent, withdrawals, "withdrawals sent")
 			// Under keys of their own, every call but the winner's is refused.
-			if keys == "own" && results["ok"] != withdrawals {
-				t.Errorf("calls that got an outcome: got %d; want %d", results["ok"], withdrawals)
+			if keys == "own" {
+				assert.Equal(t, withdrawals, results["ok"], "calls that got an outcome")
 			}
 			t.Logf("%d processes, %d calls: %v", processes, calls, results)
 		})
@@ -239,7 +218,7 @@ func TestProcessKilledInsideItsSend(t *testing.T) {
 	pool := testPool(t, 4)
 	st := newTestStore[w](t, pool)
 	sends := sendsTable(t, pool)
-	ledger := submissions.NewWithStore[w](st)
+	ledger := submissions.NewWithStore[w](st, submissions.WithLogger(quiet))
 	var parentSends int
 	send := func(_ context.Context, x w) (w, error) { parentSends++; return sent(x, "0xparent"), nil }
 
@@ -248,45 +227,31 @@ func TestProcessKilledInsideItsSend(t *testing.T) {
 		cmd, _, out := spawn(t, "crash",
 			"PGSTORE_TEST_TABLE="+strings.Trim(st.names.table, `"`), "PGSTORE_TEST_SENDS="+sends,
 			"PGSTORE_TEST_KEY="+key, "PGSTORE_TEST_ID="+id)
-		if !out.Scan() || out.Text() != "sending" {
-			t.Fatalf("the child did not reach its send: %q", out.Text())
-		}
-		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
+		require.True(t, out.Scan(), "the child did not reach its send")
+		require.Equal(t, "sending", out.Text(), "the child did not reach its send")
+		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 		_ = cmd.Wait()
 
 		_, err := ledger.Submit(bg, key, newW(id), send)
-		if !errors.Is(err, submissions.ErrSubmissionInFlight) {
-			t.Fatalf("%s: Submit under the dead process's key: got %v; want ErrSubmissionInFlight", exit, err)
-		}
+		require.ErrorIs(t, err, submissions.ErrSubmissionInFlight, "%s: Submit under the dead process's key", exit)
 		_, err = ledger.Submit(bg, "another-"+key, newW(id), send)
 		var conflict *submissions.ConflictError
-		if !errors.As(err, &conflict) || conflict.Holder != key {
-			t.Fatalf("%s: Submit under another key: got %v; want a *ConflictError naming %s", exit, err, key)
-		}
+		require.ErrorAs(t, err, &conflict, "%s: Submit under another key", exit)
+		require.Equal(t, key, conflict.Holder, "%s: the conflict names the dead process's key", exit)
 		switch exit {
 		case "resolve": // the operator finds the transfer on the rail
 			found := sent(newW(id), "0xfound")
-			if err := ledger.Resolve(bg, key, found); err != nil {
-				t.Fatalf("Resolve: %v", err)
-			}
-			if got, err := ledger.Submit(bg, key, newW(id), send); err != nil || got != found {
-				t.Fatalf("Submit after Resolve: got %+v, %v; want %+v", got, err, found)
-			}
+			require.NoError(t, ledger.Resolve(bg, key, found), "Resolve")
+			got, err := ledger.Submit(bg, key, newW(id), send)
+			require.NoError(t, err, "Submit after Resolve")
+			require.Equal(t, found, got, "Submit after Resolve replays")
 		case "release": // the operator finds nothing on the rail
-			if _, err := pool.Exec(bg, "DELETE FROM "+sends+" WHERE withdrawal_id = $1", id); err != nil {
-				t.Fatal(err)
-			}
-			if err := ledger.Release(bg, key); err != nil {
-				t.Fatalf("Release: %v", err)
-			}
-			if _, err := ledger.Submit(bg, key, newW(id), send); err != nil {
-				t.Fatalf("Submit after Release: %v", err)
-			}
+			_, err := pool.Exec(bg, "DELETE FROM "+sends+" WHERE withdrawal_id = $1", id)
+			require.NoError(t, err)
+			require.NoError(t, ledger.Release(bg, key), "Release")
+			_, err = ledger.Submit(bg, key, newW(id), send)
+			require.NoError(t, err, "Submit after Release")
 		}
 	}
-	if parentSends != 1 {
-		t.Fatalf("sends by the surviving process: got %d; want 1 (after the Release)", parentSends)
-	}
+	require.Equal(t, 1, parentSends, "sends by the surviving process: one, after the Release")
 }

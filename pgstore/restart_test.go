@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/idemledger/submissions"
 	"github.com/idemledger/submissions/internal/figures"
@@ -118,12 +120,8 @@ func TestServerRestartedDuringARun(t *testing.T) {
 	stores := make([]*Store[w], ledgers)
 	for i := range ls {
 		st, err := New[w](testPool(t, 6), WithTable(table))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := st.Migrate(bg); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
+		require.NoError(t, st.Migrate(bg))
 		stores[i], ls[i] = st, submissions.NewWithStore[w](st, submissions.WithLogger(quiet))
 	}
 	// Whatever happens, the server is left running for the tests after this
@@ -135,12 +133,8 @@ func TestServerRestartedDuringARun(t *testing.T) {
 			return
 		}
 		out, err := exec.Command("sh", "-c", command).CombinedOutput()
-		if err != nil {
-			t.Errorf("restarting the server after the test: %s: %v\n%s", command, err, out)
-		}
-		if err := serverUp(url, 30*time.Second); err != nil {
-			t.Errorf("after the test: %v", err)
-		}
+		assert.NoError(t, err, "restarting the server after the test: %s\n%s", command, out)
+		assert.NoError(t, serverUp(url, 30*time.Second), "after the test")
 	})
 
 	var failures atomic.Int64
@@ -244,14 +238,14 @@ func TestServerRestartedDuringARun(t *testing.T) {
 					unrecordedKeys.Store(key, true)
 					failed = true
 				case errors.Is(err, errRailRefused):
-					if !called || out != (w{}) || answer != (w{}) {
+					if !errors.Is(err, submissions.ErrOutcomeUnknown) || !called || out != (w{}) || answer != (w{}) {
 						fail("%s: the rail refused, yet got %+v: %v", key, out, err)
 					}
 					refused.Add(1)
 					refusedKeys.Store(key, true)
-				case strings.Contains(err.Error(), "nothing was sent"):
+				case errors.Is(err, submissions.ErrStoreFailed):
 					if called || out != (w{}) {
-						fail("%s: the error says nothing was sent, yet send was called (%v) or an outcome returned (%+v): %v", key, called, out, err)
+						fail("%s: the store failed before sending, yet send was called (%v) or an outcome returned (%+v): %v", key, called, out, err)
 					}
 					claimFailed[e].Add(1)
 					failed = true
@@ -275,9 +269,7 @@ func TestServerRestartedDuringARun(t *testing.T) {
 	// the command, which may still be checking that it does.
 	restart := func(r int) time.Duration {
 		probe, err := pgx.Connect(bg, url) // a connection that dies with the server
-		if err != nil {
-			t.Fatalf("restart %d: connect: %v", r+1, err)
-		}
+		require.NoError(t, err, "restart %d: connect", r+1)
 		defer probe.Close(bg)
 		gate := make(chan struct{})
 		openGate := sync.OnceFunc(func() { rail.gate.Store(nil); close(gate) })
@@ -292,13 +284,9 @@ func TestServerRestartedDuringARun(t *testing.T) {
 		cmd := exec.Command("sh", "-c", command)
 		var output bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &output, &output
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("restart %d: %s: %v", r+1, command, err)
-		}
+		require.NoError(t, cmd.Start(), "restart %d: %s", r+1, command)
 		pending = sync.OnceFunc(func() {
-			if err := cmd.Wait(); err != nil {
-				t.Errorf("restart %d: %s: %v\n%s", r+1, command, err, output.Bytes())
-			}
+			assert.NoError(t, cmd.Wait(), "restart %d: %s\n%s", r+1, command, output.Bytes())
 		})
 		down := false
 		for deadline := time.Now().Add(10 * time.Second); !down && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
@@ -308,12 +296,8 @@ func TestServerRestartedDuringARun(t *testing.T) {
 			down = err != nil
 		}
 		openGate()
-		if !down {
-			t.Errorf("restart %d: the server never went down: is %s=%q a restart in immediate mode?", r+1, restartVar, command)
-		}
-		if err := serverUp(url, 30*time.Second); err != nil {
-			t.Fatalf("restart %d: %v", r+1, err)
-		}
+		assert.True(t, down, "restart %d: the server never went down: is %s=%q a restart in immediate mode?", r+1, restartVar, command)
+		require.NoError(t, serverUp(url, 30*time.Second), "restart %d", r+1)
 		epoch.Store(int32(r + 1))
 		restarting.Store(false)
 		return time.Since(began)
@@ -337,20 +321,14 @@ func TestServerRestartedDuringARun(t *testing.T) {
 	// The run resumed after each restart: calls that started once the server
 	// was back sent withdrawals and recorded their outcomes.
 	for e := range restarts + 1 {
-		if sentIn[e].Load() == 0 {
-			t.Errorf("no withdrawal was sent and recorded after restart %d", e)
-		}
+		assert.NotZero(t, sentIn[e].Load(), "withdrawals sent and recorded after restart %d", e)
 	}
 	// Each restart made claims and outcome writes fail.
 	for r := range restarts {
-		if claimFailed[r].Load() == 0 || notRecorded[r].Load() < held {
-			t.Errorf("restart %d: %d claims failed and %d outcomes were not recorded; want some claims and at least the %d held",
-				r+1, claimFailed[r].Load(), notRecorded[r].Load(), held)
-		}
+		assert.NotZero(t, claimFailed[r].Load(), "claims failed at restart %d", r+1)
+		assert.GreaterOrEqual(t, notRecorded[r].Load(), int64(held), "outcomes not recorded at restart %d: at least the answers held", r+1)
 	}
-	if got := failedWhileUp[0].Load(); got != 0 {
-		t.Errorf("%d calls failed before the first restart", got)
-	}
+	assert.Zero(t, failedWhileUp[0].Load(), "calls failed before the first restart")
 
 	// The operator: every key left in flight is resolved with what the rail
 	// sent under it, or released when the rail sent nothing, and every
@@ -464,15 +442,13 @@ func TestServerRestartedDuringARun(t *testing.T) {
 		}
 	})
 	var rows, settled int
-	if err := admin.QueryRow(ctx, "SELECT count(*), count(outcome) FROM "+table).Scan(&rows, &settled); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, admin.QueryRow(ctx, "SELECT count(*), count(outcome) FROM "+table).Scan(&rows, &settled))
 	rail.mu.Lock()
 	withdrawalsSent := len(rail.sends)
 	rail.mu.Unlock()
-	if rows != n || settled != n || withdrawalsSent != n {
-		t.Errorf("rows %d, with an outcome %d, withdrawals sent %d; want %d each", rows, settled, withdrawalsSent, n)
-	}
+	assert.Equal(t, n, rows, "rows")
+	assert.Equal(t, n, settled, "rows with an outcome")
+	assert.Equal(t, n, withdrawalsSent, "withdrawals sent")
 	pending() // the last restart command, which the operator's work overlapped
 	if extra := failures.Load() - 20; extra > 0 {
 		t.Errorf("and %d more failures", extra)

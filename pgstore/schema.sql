@@ -1,11 +1,5 @@
--- One row per request key: the withdrawal it claimed, and its outcome once
--- known. Records and claims are 1:1, so the two unique constraints of one
--- table are both indexes of the ledger; the database picks the one winner of
--- a race, and the name of the violated constraint says which answer to give.
---
--- tenant scopes keys and claims (empty until tenants are used); the partial
--- indexes serve listing in-flight keys oldest first and pruning settled rows
--- in batches.
+-- The table of a submissions ledger (pgstore): one row per request key, a
+-- claim of the key and of its withdrawal, with the outcome once known.
 CREATE TABLE IF NOT EXISTS {{table}} (
     tenant        text        NOT NULL DEFAULT '',
     request_key   text        NOT NULL,
@@ -16,9 +10,12 @@ CREATE TABLE IF NOT EXISTS {{table}} (
     outcome       bytea,
     claimed_at    timestamptz NOT NULL DEFAULT now(),
     settled_at    timestamptz,
+    claim_id      bigint      GENERATED ALWAYS AS IDENTITY,
     CONSTRAINT {{key_unique}} UNIQUE (tenant, request_key),
     CONSTRAINT {{withdrawal_unique}} UNIQUE (tenant, withdrawal_id),
     CONSTRAINT {{settled_check}} CHECK ((outcome IS NULL) = (settled_at IS NULL))
 );
+-- A table made before claim tokens gets claim_id, a new one for each row.
+ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS claim_id bigint GENERATED ALWAYS AS IDENTITY;
 CREATE INDEX IF NOT EXISTS {{in_flight_index}} ON {{table}} (tenant, claimed_at) WHERE outcome IS NULL;
 CREATE INDEX IF NOT EXISTS {{settled_index}} ON {{table}} (settled_at) WHERE outcome IS NOT NULL;

@@ -7,14 +7,25 @@
 //	err = store.Migrate(ctx) // once per deployment, or at every start: it is idempotent
 //	ledger := submissions.NewWithStore[Withdrawal](store)
 //
+// Teams that run their own migration tool take the same statements as text
+// from Schema instead of calling Migrate. A Store over a table that does not
+// exist fails every call with an error that says to call Migrate.
+//
 // One table holds both of the ledger's indexes: a row per request key, unique
 // on the key and unique on the withdrawal id. A claim is one INSERT, and the
 // name of the constraint it violates says whether the key or the withdrawal
-// was taken; a violation is never swallowed. A fresh submit costs two round
-// trips (claim, then outcome), a replay one: a plain SELECT on an instance that
-// has seen the key, the claim statement elsewhere. The SQL is plain INSERT, SELECT,
-// UPDATE and DELETE over unique constraints, with one common table
-// expression; Migrate alone uses an advisory lock.
+// was taken; a violation is never swallowed. Each row carries the claim's
+// token, an identity column that no earlier claim of the key had, and an
+// outcome is written and a claim released only on the row of that token. A
+// fresh submit costs two round trips (claim, then outcome), a replay one: a
+// plain SELECT on an instance that has seen the key, the claim statement
+// elsewhere. The SQL is plain INSERT, SELECT, UPDATE and DELETE over unique
+// constraints, with one common table expression; Migrate alone uses an
+// advisory lock.
+//
+// The table holds every key, withdrawal id, destination and amount the
+// ledger accepts, up to its limits (submissions.MaxKeyLen and the others), on
+// a database whose encoding is UTF8.
 package pgstore
 
 import (
@@ -23,7 +34,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"regexp"
 	"strings"
 
@@ -47,8 +57,7 @@ type Store[R submissions.Fingerprinter] struct {
 	pool   *pgxpool.Pool
 	codec  Codec
 	names  names
-	schema string // the embedded schema for this table
-	lockID int64  // the advisory lock Migrate holds
+	schema string // Schema's statements for this table
 	sql    statements
 	recent recentKeys // keys claimed or found here: a retry of one reads first
 }
@@ -56,10 +65,13 @@ type Store[R submissions.Fingerprinter] struct {
 // statements are the store's SQL, for its table.
 type statements struct {
 	claim, lookup, claimedBy, settle, release, holder string
+	lock, upToDate                                    string // Migrate's
 }
 
 // A Codec turns outcomes into bytes and back. Two outcomes are the same to
 // the ledger when their encoding/json encodings are equal, whatever the codec.
+// A Store calls a Codec with no connection taken from its pool, so a Codec
+// that panics leaves none taken; the panic goes on to the caller.
 type Codec interface {
 	Marshal(v any) ([]byte, error)
 	Unmarshal(data []byte, v any) error
@@ -70,11 +82,13 @@ type jsonCodec struct{}
 func (jsonCodec) Marshal(v any) ([]byte, error)      { return json.Marshal(v) }
 func (jsonCodec) Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
 
-// names are the identifiers of one table's objects, quoted for SQL.
+// names are the identifiers of one table's objects.
 type names struct {
-	table, keyUnique, withdrawalUnique string
-	// unquoted constraint names, as PostgreSQL reports them in errors
-	keyConstraint, withdrawalConstraint string
+	schema, base string // as given: schema is "" for an unqualified table
+	// quoted for SQL
+	table, keyUnique, withdrawalUnique, settledCheck, inFlightIndex, settledIndex string
+	// unquoted, as PostgreSQL reports them in errors and catalogs
+	keyConstraint, withdrawalConstraint, inFlightName, settledName string
 }
 
 // An Option configures a Store made by New.
@@ -91,7 +105,8 @@ type optionFunc func(*options)
 
 func (f optionFunc) apply(o *options) { f(o) }
 
-// WithCodec sets how outcomes are stored. The default is encoding/json.
+// WithCodec sets how outcomes are stored. The default is encoding/json; New
+// refuses a nil Codec.
 func WithCodec(c Codec) Option {
 	return optionFunc(func(o *options) { o.codec = c })
 }
@@ -105,8 +120,9 @@ func WithTable(name string) Option {
 
 var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
 
-// New returns a Store over pool. It does not touch the database; call Migrate
-// to create the table.
+// New returns a Store over pool, or an error for a nil pool, a nil codec or
+// a table name WithTable refuses. It does not touch the database; call
+// Migrate to create the table, or run the statements of Schema.
 func New[R submissions.Fingerprinter](pool *pgxpool.Pool, opts ...Option) (*Store[R], error) {
 	if pool == nil {
 		return nil, errors.New("pgstore: nil pool")
@@ -117,43 +133,75 @@ func New[R submissions.Fingerprinter](pool *pgxpool.Pool, opts ...Option) (*Stor
 			opt.apply(&o)
 		}
 	}
-	parts := strings.Split(o.table, ".")
-	if len(parts) > 2 {
-		return nil, fmt.Errorf("pgstore: table name %q has more than one dot", o.table)
+	n, err := tableNames(o.table)
+	if err != nil {
+		return nil, err
 	}
-	for _, p := range parts {
-		if !identifier.MatchString(p) {
-			return nil, fmt.Errorf("pgstore: table name %q: %q is not a lower-case identifier of at most 40 characters", o.table, p)
-		}
-	}
-	base := parts[len(parts)-1]
-	n := names{
-		table:                pgx.Identifier(parts).Sanitize(),
-		keyConstraint:        base + "_key_unique",
-		withdrawalConstraint: base + "_withdrawal_unique",
-	}
-	n.keyUnique = pgx.Identifier{n.keyConstraint}.Sanitize()
-	n.withdrawalUnique = pgx.Identifier{n.withdrawalConstraint}.Sanitize()
-	ddl := strings.NewReplacer(
-		"{{table}}", n.table,
-		"{{key_unique}}", n.keyUnique,
-		"{{withdrawal_unique}}", n.withdrawalUnique,
-		"{{settled_check}}", pgx.Identifier{base + "_settled_check"}.Sanitize(),
-		"{{in_flight_index}}", pgx.Identifier{base + "_in_flight"}.Sanitize(),
-		"{{settled_index}}", pgx.Identifier{base + "_settled"}.Sanitize(),
-	).Replace(schema)
 	if o.codec == nil {
 		return nil, errors.New("pgstore: nil codec")
 	}
-	h := fnv.New64a()
-	h.Write([]byte("github.com/idemledger/submissions/pgstore:" + o.table))
-	return &Store[R]{pool: pool, codec: o.codec, names: n, schema: ddl, lockID: int64(h.Sum64()), sql: sqlFor(n.table)}, nil
+	return &Store[R]{pool: pool, codec: o.codec, names: n, schema: n.ddl(), sql: sqlFor(n)}, nil
 }
 
-// sqlFor returns the statements for table. Tenants are not used yet: every
-// row has the empty tenant.
-func sqlFor(table string) statements {
-	const cols = "withdrawal_id, amount, currency, destination, outcome"
+// Schema returns the statements Migrate runs for table, a name as WithTable
+// takes it, for teams that keep their schema with a migration tool: create
+// the table, its constraints and its indexes if they do not exist, and add the
+// claim_id column to a table made before it. It returns an error for a name
+// that WithTable would refuse.
+func Schema(table string) (string, error) {
+	n, err := tableNames(table)
+	if err != nil {
+		return "", err
+	}
+	return n.ddl(), nil
+}
+
+// tableNames checks table as WithTable documents it and returns the names of
+// its objects.
+func tableNames(table string) (names, error) {
+	parts := strings.Split(table, ".")
+	if len(parts) > 2 {
+		return names{}, fmt.Errorf("pgstore: table name %q has more than one dot", table)
+	}
+	for _, p := range parts {
+		if !identifier.MatchString(p) {
+			return names{}, fmt.Errorf("pgstore: table name %q: %q is not a lower-case identifier of at most 40 characters", table, p)
+		}
+	}
+	n := names{base: parts[len(parts)-1], table: pgx.Identifier(parts).Sanitize()}
+	if len(parts) == 2 {
+		n.schema = parts[0]
+	}
+	n.keyConstraint = n.base + "_key_unique"
+	n.withdrawalConstraint = n.base + "_withdrawal_unique"
+	n.inFlightName = n.base + "_in_flight"
+	n.settledName = n.base + "_settled"
+	n.keyUnique = pgx.Identifier{n.keyConstraint}.Sanitize()
+	n.withdrawalUnique = pgx.Identifier{n.withdrawalConstraint}.Sanitize()
+	n.settledCheck = pgx.Identifier{n.base + "_settled_check"}.Sanitize()
+	n.inFlightIndex = pgx.Identifier{n.inFlightName}.Sanitize()
+	n.settledIndex = pgx.Identifier{n.settledName}.Sanitize()
+	return n, nil
+}
+
+// ddl returns the embedded schema for n's table.
+func (n names) ddl() string {
+	return strings.NewReplacer(
+		"{{table}}", n.table,
+		"{{key_unique}}", n.keyUnique,
+		"{{withdrawal_unique}}", n.withdrawalUnique,
+		"{{settled_check}}", n.settledCheck,
+		"{{in_flight_index}}", n.inFlightIndex,
+		"{{settled_index}}", n.settledIndex,
+	).Replace(schema)
+}
+
+// sqlFor returns the statements for n's table. Tenants are not used yet:
+// every row has the empty tenant.
+func sqlFor(n names) statements {
+	const cols = "claim_id, withdrawal_id, amount, currency, destination, outcome"
+	const fpCols = "withdrawal_id, amount, currency, destination"
+	table := n.table
 	return statements{
 		// One round trip: the key's row if it has one, else the new row. The
 		// NOT EXISTS spares a replay a failed INSERT; it decides nothing: two
@@ -161,7 +209,7 @@ func sqlFor(table string) statements {
 		claim: `WITH existing AS (
 	SELECT ` + cols + ` FROM ` + table + ` WHERE tenant = '' AND request_key = $1
 ), inserted AS (
-	INSERT INTO ` + table + ` (request_key, ` + cols + `, settled_at)
+	INSERT INTO ` + table + ` (request_key, ` + fpCols + `, outcome, settled_at)
 	SELECT $1, $2, $3, $4, $5, $6::bytea, CASE WHEN $6::bytea IS NULL THEN NULL ELSE now() END
 	WHERE NOT EXISTS (SELECT 1 FROM existing)
 	RETURNING ` + cols + `
@@ -174,32 +222,54 @@ SELECT false, ` + cols + ` FROM existing`,
 		// After a claim lost on the withdrawal: the key's row and the
 		// withdrawal's holder, read in one snapshot, so that the answer is
 		// true at one moment.
-		holder: `SELECT k.withdrawal_id, k.amount, k.currency, k.destination, k.outcome, h.request_key
+		holder: `SELECT k.claim_id, k.withdrawal_id, k.amount, k.currency, k.destination, k.outcome, h.request_key
 FROM (SELECT 1) AS one
 LEFT JOIN ` + table + ` k ON k.tenant = '' AND k.request_key = $1
 LEFT JOIN ` + table + ` h ON h.tenant = '' AND h.withdrawal_id = $2`,
-		settle: `UPDATE ` + table + ` SET outcome = $6, settled_at = now()
-WHERE tenant = '' AND request_key = $1 AND withdrawal_id = $2 AND amount = $3 AND currency = $4 AND destination = $5
-	AND outcome IS NULL`,
-		release: `DELETE FROM ` + table + ` WHERE tenant = '' AND request_key = $1 AND outcome IS NULL
-RETURNING withdrawal_id, amount, currency, destination`,
+		settle: `UPDATE ` + table + ` SET outcome = $3, settled_at = now()
+WHERE tenant = '' AND request_key = $1 AND claim_id = $2 AND outcome IS NULL
+RETURNING ` + fpCols,
+		release: `DELETE FROM ` + table + ` WHERE tenant = '' AND request_key = $1 AND claim_id = $2 AND outcome IS NULL
+RETURNING ` + fpCols,
+		// The lock is named after the table where CREATE TABLE puts it: an
+		// unqualified name is in current_schema(), so that "submissions" and
+		// "public.submissions" take the same lock.
+		lock: `SELECT pg_advisory_xact_lock(hashtextextended(
+	'submissions/pgstore migrate ' || coalesce(nullif($1::text, ''), current_schema(), '') || '.' || $2::text, 0))`,
+		// The table has its claim_id column and both indexes: there is
+		// nothing to do, and no DDL takes a lock on the table.
+		upToDate: `SELECT count(*) = 3 FROM (
+	SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'claim_id' AND NOT attisdropped
+	UNION ALL
+	SELECT 1 FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
+	WHERE x.indrelid = to_regclass($1) AND i.relname IN ($2, $3)
+) AS present`,
 	}
 }
 
-// Migrate creates the table, its constraints and its indexes if they do not
-// exist. It is idempotent, and safe to run from several instances at once: it
-// holds a transaction-scoped advisory lock named after the table while it runs.
+// Migrate brings the table up to date: it runs the statements of Schema in
+// one transaction, unless the table already has what they make. It is
+// idempotent, and safe to run from several instances at once: it holds a
+// transaction-scoped advisory lock named after the schema and table while it
+// runs, however the name is spelled ("submissions" or "public.submissions").
+// It takes no lock on a table that is up to date.
 func (s *Store[R]) Migrate(ctx context.Context) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("pgstore: migrate: %w", err)
 	}
 	defer tx.Rollback(ctx) // a no-op after Commit
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", s.lockID); err != nil {
-		return fmt.Errorf("pgstore: migrate: take the advisory lock: %w", err)
+	if err := s.lock(ctx, tx); err != nil {
+		return err
 	}
-	if _, err := tx.Exec(ctx, s.schema); err != nil {
+	var current bool
+	if err := tx.QueryRow(ctx, s.sql.upToDate, s.names.table, s.names.inFlightName, s.names.settledName).Scan(&current); err != nil {
 		return fmt.Errorf("pgstore: migrate %s: %w", s.names.table, err)
+	}
+	if !current {
+		if _, err := tx.Exec(ctx, s.schema); err != nil {
+			return fmt.Errorf("pgstore: migrate %s: %w", s.names.table, err)
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("pgstore: migrate: %w", err)
@@ -207,25 +277,40 @@ func (s *Store[R]) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// The answers a unique violation gives, told apart by the constraint's name.
+// lock takes Migrate's advisory lock for the table in tx.
+func (s *Store[R]) lock(ctx context.Context, tx pgx.Tx) error {
+	if _, err := tx.Exec(ctx, s.sql.lock, s.names.schema, s.names.base); err != nil {
+		return fmt.Errorf("pgstore: migrate: take the advisory lock: %w", err)
+	}
+	return nil
+}
+
+// The answers a unique violation gives, told apart by the constraint's name,
+// and the error of a table that is not there.
 var (
 	errKeyTaken        = errors.New("pgstore: request key already recorded")
 	errWithdrawalTaken = errors.New("pgstore: withdrawal already claimed")
+	errNoTable         = errors.New("pgstore: the table does not exist: call Migrate")
 )
 
 // translate is the one place driver errors become the store's answers: a
 // unique violation (23505) on the key constraint is errKeyTaken, on the
-// withdrawal constraint errWithdrawalTaken, each wrapping the driver's error.
-// Anything else comes back as it is.
+// withdrawal constraint errWithdrawalTaken, and an undefined table (42P01)
+// errNoTable, each wrapping the driver's error. Anything else comes back as
+// it is.
 func (s *Store[R]) translate(err error) error {
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "23505" {
+	if !errors.As(err, &pgErr) {
 		return err
 	}
-	switch pgErr.ConstraintName {
-	case s.names.keyConstraint:
+	switch {
+	case pgErr.Code == "42P01":
+		return fmt.Errorf("%w: %w", errNoTable, err)
+	case pgErr.Code != "23505":
+		return err
+	case pgErr.ConstraintName == s.names.keyConstraint:
 		return fmt.Errorf("%w: %w", errKeyTaken, err)
-	case s.names.withdrawalConstraint:
+	case pgErr.ConstraintName == s.names.withdrawalConstraint:
 		return fmt.Errorf("%w: %w", errWithdrawalTaken, err)
 	}
 	return err

@@ -2,13 +2,15 @@ package pgstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/idemledger/submissions"
 	"github.com/idemledger/submissions/storetest"
@@ -23,19 +25,18 @@ func (w withdrawal) Fingerprint() submissions.Fingerprint {
 var bg = context.Background()
 
 func TestNewRefusesBadInput(t *testing.T) {
-	if _, err := New[withdrawal](nil); err == nil {
-		t.Fatal("New(nil pool): got nil error; want one")
-	}
+	_, err := New[withdrawal](nil)
+	assert.EqualError(t, err, "pgstore: nil pool")
 	pool := &pgxpool.Pool{} // never used: New does not touch the database
-	for _, name := range []string{"", "Submissions", "1abc", "a-b", "a.b.c", "x;drop table y", strings.Repeat("a", 41)} {
-		if _, err := New[withdrawal](pool, WithTable(name)); err == nil {
-			t.Errorf("WithTable(%q): got nil error; want one", name)
-		}
+	_, err = New[withdrawal](pool, WithCodec(nil))
+	assert.EqualError(t, err, "pgstore: nil codec")
+	for _, name := range []string{"", "Submissions", "1abc", "a-b", "a.b.c", "x;drop table y", strings.Repeat("a", 41), ".a", "a."} {
+		_, err := New[withdrawal](pool, WithTable(name))
+		assert.Error(t, err, "WithTable(%q)", name)
 	}
 	for _, name := range []string{"submissions", "payouts.submissions", "_t1", strings.Repeat("a", 40)} {
-		if _, err := New[withdrawal](pool, WithTable(name)); err != nil {
-			t.Errorf("WithTable(%q): %v", name, err)
-		}
+		_, err := New[withdrawal](pool, WithTable(name))
+		assert.NoError(t, err, "WithTable(%q)", name)
 	}
 }
 
@@ -43,33 +44,20 @@ func TestMigrateIsIdempotent(t *testing.T) {
 	pool := testPool(t, 4)
 	table := testTable(t, pool)
 	s, err := New[withdrawal](pool, WithTable(table))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for i := range 2 {
-		if err := s.Migrate(bg); err != nil {
-			t.Fatalf("Migrate #%d: %v", i+1, err)
-		}
+		require.NoError(t, s.Migrate(bg), "Migrate #%d", i+1)
 	}
-	var got []string
 	rows, err := pool.Query(bg, `SELECT conname FROM pg_constraint WHERE conrelid = $1::regclass ORDER BY conname`, table)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	var got []string
 	for rows.Next() {
 		var name string
-		if err := rows.Scan(&name); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, rows.Scan(&name))
 		got = append(got, name)
 	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	want := []string{table + "_key_unique", table + "_settled_check", table + "_withdrawal_unique"}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("constraints: got %v; want %v", got, want)
-	}
+	require.NoError(t, rows.Err())
+	assert.Equal(t, []string{table + "_key_unique", table + "_settled_check", table + "_withdrawal_unique"}, got, "constraints")
 }
 
 func TestMigrateFromManyInstancesAtOnce(t *testing.T) {
@@ -82,9 +70,7 @@ func TestMigrateFromManyInstancesAtOnce(t *testing.T) {
 	for range instances {
 		p := testPool(t, 1) // an instance of its own: its own connection
 		s, err := New[withdrawal](p, WithTable(table))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		ready.Add(1)
 		done.Add(1)
 		go func() {
@@ -99,9 +85,7 @@ func TestMigrateFromManyInstancesAtOnce(t *testing.T) {
 	done.Wait()
 	close(errs)
 	for err := range errs {
-		if err != nil {
-			t.Errorf("Migrate: %v", err)
-		}
+		assert.NoError(t, err, "Migrate")
 	}
 }
 
@@ -111,14 +95,7 @@ func TestMigrateFromManyInstancesAtOnce(t *testing.T) {
 func TestUniqueConstraintsPickOneWinner(t *testing.T) {
 	const racers = 16
 	pool := testPool(t, racers)
-	table := testTable(t, pool)
-	s, err := New[withdrawal](pool, WithTable(table))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Migrate(bg); err != nil {
-		t.Fatal(err)
-	}
+	s := newTestStore[withdrawal](t, pool)
 	insert := `INSERT INTO ` + s.names.table + ` (request_key, withdrawal_id, amount, currency, destination) VALUES ($1, $2, '1', 'BTC', 'bc1q')`
 	for _, c := range []struct {
 		name string
@@ -132,9 +109,7 @@ func TestUniqueConstraintsPickOneWinner(t *testing.T) {
 			conns := make([]*pgxpool.Conn, racers)
 			for i := range conns {
 				conn, err := pool.Acquire(bg)
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				defer conn.Release()
 				conns[i] = conn
 			}
@@ -158,46 +133,46 @@ func TestUniqueConstraintsPickOneWinner(t *testing.T) {
 			done.Wait()
 			wins := 0
 			for _, err := range errs {
-				switch {
-				case err == nil:
+				if err == nil {
 					wins++
-				case !errors.Is(err, c.want):
-					t.Errorf("a loser's error: got %v; want %v", err, c.want)
+					continue
 				}
+				assert.ErrorIs(t, err, c.want, "a loser's error")
 			}
-			if wins != 1 {
-				t.Fatalf("winners: got %d; want 1", wins)
-			}
+			assert.Equal(t, 1, wins, "winners")
 		})
 	}
 }
 
 func TestTranslateLeavesOtherErrorsAlone(t *testing.T) {
 	s, err := New[withdrawal](&pgxpool.Pool{})
-	if err != nil {
-		t.Fatal(err)
+	require.NoError(t, err)
+	plain := fmt.Errorf("connection reset")
+	assert.Same(t, plain, s.translate(plain))
+	assert.NoError(t, s.translate(nil))
+	for _, pgErr := range []*pgconn.PgError{
+		{Code: "23505", ConstraintName: "another_unique"}, // a unique violation of no constraint of the store
+		{Code: "57P01"}, // admin shutdown
+		{Code: "42P02"}, // undefined parameter: not a missing table
+	} {
+		assert.Same(t, error(pgErr), s.translate(pgErr), pgErr.Code)
 	}
-	plain := errors.New("connection reset")
-	if got := s.translate(plain); got != plain {
-		t.Fatalf("translate(%v): got %v; want it unchanged", plain, got)
-	}
-	if got := s.translate(nil); got != nil {
-		t.Fatalf("translate(nil): got %v; want nil", got)
+	for code, want := range map[string]error{"42P01": errNoTable, "23505": errKeyTaken} {
+		pgErr := &pgconn.PgError{Code: code, ConstraintName: s.names.keyConstraint}
+		got := s.translate(pgErr)
+		assert.ErrorIs(t, got, want, code)
+		assert.ErrorIs(t, got, pgErr, code)
 	}
 }
 
 var _ submissions.Store[withdrawal] = (*Store[withdrawal])(nil)
 
 // newTestStore returns a migrated store on a table of t's own.
-func newTestStore[R submissions.Fingerprinter](t *testing.T, pool *pgxpool.Pool) *Store[R] {
+func newTestStore[R submissions.Fingerprinter](t testing.TB, pool *pgxpool.Pool) *Store[R] {
 	t.Helper()
 	s, err := New[R](pool, WithTable(testTable(t, pool)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Migrate(bg); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, s.Migrate(bg))
 	return s
 }
 
@@ -206,4 +181,44 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) submissions.Store[storetest.Withdrawal] {
 		return newTestStore[storetest.Withdrawal](t, pool)
 	})
+}
+
+// TestAMissingTableSaysToCallMigrate: every call of a Store whose table does
+// not exist fails with an error that says so and what to do, and wraps the
+// driver's error.
+func TestAMissingTableSaysToCallMigrate(t *testing.T) {
+	pool := testPool(t, 2)
+	st, err := New[w](pool, WithTable(testTable(t, pool))) // never migrated
+	require.NoError(t, err)
+	ledger := submissions.NewWithStore[w](st, submissions.WithLogger(quiet))
+	check := func(call string, err error) { // a Store's error
+		t.Helper()
+		assert.ErrorIs(t, err, errNoTable, call)
+		assert.ErrorContains(t, err, "pgstore: the table does not exist: call Migrate", call)
+		var pgErr *pgconn.PgError
+		if assert.ErrorAs(t, err, &pgErr, call) {
+			assert.Equal(t, "42P01", pgErr.Code, call)
+		}
+	}
+	checkLedger := func(call string, err error) { // the ledger's, which wraps it
+		t.Helper()
+		assert.ErrorIs(t, err, submissions.ErrStoreFailed, call)
+		check(call, err)
+	}
+	var sends int
+	_, err = ledger.Submit(bg, "req-1", newW("w-1"), func(_ context.Context, x w) (w, error) { sends++; return x, nil })
+	checkLedger("Submit", err)
+	assert.Zero(t, sends, "sends")
+	checkLedger("Resolve", ledger.Resolve(bg, "req-1", sent(newW("w-1"), "0xfound")))
+	checkLedger("Release", ledger.Release(bg, "req-1"))
+	_, _, err = ledger.Outcome(bg, "req-1")
+	checkLedger("Outcome", err)
+	_, _, err = ledger.ClaimedBy(bg, "w-1")
+	checkLedger("ClaimedBy", err)
+	_, _, err = st.Settle(bg, "req-1", 1, newW("w-1"))
+	check("Settle", err)
+	_, _, err = st.Release(bg, "req-1", 1)
+	check("Store.Release", err)
+	_, _, _, err = st.holder(bg, "req-1", "w-1")
+	check("the lost-claim read", err)
 }

@@ -1,0 +1,39 @@
+package pgstore_test
+
+import (
+	"fmt"
+
+	"github.com/idemledger/submissions/pgstore"
+)
+
+// A team that keeps its schema with a migration tool (goose, atlas, plain
+// SQL files) takes the statements Migrate would run, and never calls Migrate.
+func ExampleSchema() {
+	ddl, err := pgstore.Schema("payouts.submissions")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Print(ddl)
+	// Output:
+	// -- The table of a submissions ledger (pgstore): one row per request key, a
+	// -- claim of the key and of its withdrawal, with the outcome once known.
+	// CREATE TABLE IF NOT EXISTS "payouts"."submissions" (
+	//     tenant        text        NOT NULL DEFAULT '',
+	//     request_key   text        NOT NULL,
+	//     withdrawal_id text        NOT NULL,
+	//     amount        text        NOT NULL,
+	//     currency      text        NOT NULL,
+	//     destination   text        NOT NULL,
+	//     outcome       bytea,
+	//     claimed_at    timestamptz NOT NULL DEFAULT now(),
+	//     settled_at    timestamptz,
+	//     claim_id      bigint      GENERATED ALWAYS AS IDENTITY,
+	//     CONSTRAINT "submissions_key_unique" UNIQUE (tenant, request_key),
+	//     CONSTRAINT "submissions_withdrawal_unique" UNIQUE (tenant, withdrawal_id),
+	//     CONSTRAINT "submissions_settled_check" CHECK ((outcome IS NULL) = (settled_at IS NULL))
+	// );
+	// -- A table made before claim tokens gets claim_id, a new one for each row.
+	// ALTER TABLE "payouts"."submissions" ADD COLUMN IF NOT EXISTS claim_id bigint GENERATED ALWAYS AS IDENTITY;
+	// CREATE INDEX IF NOT EXISTS "submissions_in_flight" ON "payouts"."submissions" (tenant, claimed_at) WHERE outcome IS NULL;
+	// CREATE INDEX IF NOT EXISTS "submissions_settled" ON "payouts"."submissions" (settled_at) WHERE outcome IS NOT NULL;
+}
