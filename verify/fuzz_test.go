@@ -3,62 +3,73 @@ package verify
 import (
 	"testing"
 
-	"github.com/idemledger/submissions"
+	"github.com/stretchr/testify/require"
 )
 
-// FuzzOperations reads its input as a sequence of operations, three bytes
-// each, and runs them on a memory ledger and on Model: every result must
-// agree, and so must the state at the end. The fuzzer, guided by coverage,
-// looks for the sequence where they part. Seeds are in testdata/fuzz.
+// FuzzOperations reads its input as a sequence of steps, four bytes each (see
+// decodeStep), and runs them on three ledgers that share a memory store and
+// on Model: every result must agree, and so must what every ledger reads at
+// the end. The fuzzer, guided by coverage, looks for the sequence where they
+// part. Seeds are in testdata/fuzz.
 func FuzzOperations(f *testing.F) {
 	f.Add([]byte{})
-	f.Add([]byte{0x00, 0x00, 0x00, 0x00, 0x00, 0x00}) // the same Submit twice
-	f.Add([]byte{0x00, 0x02, 0x00, 0x02, 0x02, 0x00, 0x00, 0x02, 0x00})
-	f.Add([]byte{0x00, 0x02, 0x10, 0x01, 0x02, 0x00, 0x00, 0x00, 0x11})
+	f.Add([]byte{0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01}) // the same Submit twice, on two ledgers
+	f.Add([]byte{0x00, 0x02, 0x00, 0x02, 0x02, 0x02, 0x00, 0x06, 0x00, 0x02, 0x00, 0x05})
+	f.Add([]byte{0x00, 0x02, 0x10, 0x00, 0x01, 0x02, 0x00, 0x04, 0x00, 0x00, 0x11, 0x01})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		s, m := submissions.New[W](quiet), &Model{}
-		for i := 0; i+3 <= len(data) && i < 3*64; i += 3 {
-			op := decodeOp(data[i : i+3])
-			got, want := apply(s, op), m.Apply(op)
-			if got != want {
-				t.Fatalf("op %d %+v: got %+v; want %+v", i/3, op, got, want)
-			}
+		r := &runner{lanes: memoryLanes()}
+		for _, st := range decodeSteps(data) {
+			require.NoError(t, r.run(st))
 		}
-		for _, key := range keys {
-			op := Op{Kind: Outcome, Key: key}
-			if got, want := apply(s, op), m.Apply(op); got != want {
-				t.Fatalf("Outcome(%s) at the end: got %+v; want %+v", key, got, want)
-			}
-		}
-		for _, id := range ids {
-			op := Op{Kind: ClaimedBy, W: W{ID: id}}
-			if got, want := apply(s, op), m.Apply(op); got != want {
-				t.Fatalf("ClaimedBy(%s) at the end: got %+v; want %+v", id, got, want)
-			}
-		}
+		require.NoError(t, r.finish())
 	})
 }
 
-// decodeOp makes an operation of three bytes: the kind (the low three bits)
-// and the send or the transaction (the others); the key and the withdrawal id;
-// the amount, currency and destination.
-func decodeOp(b []byte) Op {
+// decodeSteps reads data as up to 64 steps of four bytes:
+//
+//   - the kind (the low three bits), and the send of a Submit or the
+//     resolution of a Resolve (the others);
+//   - the key (the low four bits) and the withdrawal id;
+//   - the amount (the low three bits), currency (two) and destination;
+//   - the lane (the low two bits), and whether the step is one that the rail
+//     of the last Submit before it makes while it sends (bit 2).
+//
+// A step in a rail whose Submit has none (SendNil), or that follows no
+// Submit, runs on its own.
+func decodeSteps(data []byte) []step {
 	pick := func(list []string, n byte) string { return list[int(n)%len(list)] }
-	op := Op{
-		Kind: Kind((b[0] & 7) % 5),
-		Key:  pick(keys, b[1]&0x0f),
-		W: W{
-			ID:       pick(ids, b[1]>>4),
-			Amount:   pick(amounts, b[2]&0x07),
-			Currency: pick(currency, (b[2]>>3)&0x03),
-			Dest:     pick(dests, b[2]>>5),
-		},
+	var steps []step
+	outer := -1 // the Submit whose rail makes the steps marked as its own
+	for i := 0; i+4 <= len(data) && i < 4*64; i += 4 {
+		b := data[i : i+4]
+		st := step{
+			op: Op{
+				Kind: Kind((b[0] & 7) % 5),
+				Key:  pick(keys, b[1]&0x0f),
+				W: W{
+					ID:       pick(ids, b[1]>>4),
+					Amount:   pick(amounts, b[2]&0x07),
+					Currency: pick(currency, (b[2]>>3)&0x03),
+					Dest:     pick(dests, b[2]>>5),
+				},
+			},
+			lane: int(b[3]&3) % 3,
+		}
+		switch st.op.Kind {
+		case Submit:
+			st.op.Send = Send(int(b[0]>>3) % (int(SendBoth) + 1))
+		case Resolve:
+			st.op.W = resolution(st.op.W, st.op.Key, int(b[0]>>3))
+		}
+		if b[3]&4 != 0 && outer >= 0 {
+			steps[outer].during = append(steps[outer].during, st)
+			continue
+		}
+		steps = append(steps, st)
+		outer = -1
+		if st.op.Kind == Submit && st.op.Send != SendNil {
+			outer = len(steps) - 1
+		}
 	}
-	switch op.Kind {
-	case Submit:
-		op.Send = Send((b[0] >> 3) % 6)
-	case Resolve:
-		op.W.TxHash = pick(txs, b[0]>>3)
-	}
-	return op
+	return steps
 }

@@ -3,7 +3,6 @@ package verify
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
@@ -19,11 +18,9 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
 
-	"github.com/idemledger/submissions"
 	"github.com/idemledger/submissions/internal/figures"
-	"github.com/idemledger/submissions/pgstore"
 )
 
 // Linearizability: clients call several ledgers that share one store, all
@@ -47,142 +44,135 @@ type linConfig struct {
 	groups    int // independent sets of keys and withdrawals per history
 }
 
-// The sizes CI runs. SUBMISSIONS_LIN_HISTORIES overrides the counts, for a
-// longer soak or a quicker look.
-var (
-	memoryRun   = linConfig{histories: 5000, clients: 6, ops: 12, groups: 3}
-	postgresRun = linConfig{histories: 1000, clients: 6, ops: 12, groups: 3}
-)
-
-// lane is one ledger of a history, as Model's operations name it.
-type lane struct {
-	s      *submissions.Submissions[W]
-	id     int
-	native bool
-}
-
-// opaque hides a store's type, so that a ledger runs it as it runs any Store:
-// with marks of its own and settles by key and fingerprint.
-type opaque struct{ submissions.Store[W] }
+// memoryRun sizes the run in memory. SUBMISSIONS_LIN_HISTORIES overrides
+// the count of histories of every run but the broken stores', for a longer
+// soak or a quicker look.
+var memoryRun = linConfig{histories: 5000, clients: 6, ops: 12, groups: 3}
 
 func TestLinearizableMemory(t *testing.T) {
-	checkHistories(t, linSize(t, memoryRun), func(t *testing.T, h int) []lane {
-		st := submissions.NewMemoryStore[W]()
-		return []lane{
-			{submissions.NewWithStore(st, quiet), 0, true},
-			{submissions.NewWithStore(st, quiet), 1, true}, // shares the store's marks
-			{submissions.NewWithStore[W](opaque{st}, quiet), 2, false},
-		}
-	})
+	run := checkHistories(t, linSize(t, memoryRun), os.TempDir(), func(int) []lane { return memoryLanes() })
+	require.NoError(t, run.err())
+	figures.Add(t, "linearizable: %s, %d clients on 3 ledgers sharing one memory store (2 on the store itself, 1 through the Store interface)",
+		run, memoryRun.clients)
 }
 
-func TestLinearizablePostgres(t *testing.T) {
-	pool := testPool(t)
-	// A name of this run's own, dropped first in case a killed run left it.
-	table := fmt.Sprintf("lin_%d_%d", os.Getpid(), rand.Uint32())
-	if _, err := pool.Exec(bg, "DROP TABLE IF EXISTS "+table); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := pool.Exec(bg, "DROP TABLE IF EXISTS "+table); err != nil {
-			t.Errorf("drop %s: %v", table, err)
-		}
-	})
-	var lanes []lane
-	for i := range 3 { // three instances of a service, each with its own Store
-		st, err := pgstore.New[W](pool, pgstore.WithTable(table))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := st.Migrate(bg); err != nil {
-			t.Fatal(err)
-		}
-		lanes = append(lanes, lane{submissions.NewWithStore[W](st, quiet), i, false})
-	}
-	// One table for every history: each history's keys and withdrawals are
-	// its own (they carry its number), so it starts from an empty ledger.
-	checkHistories(t, linSize(t, postgresRun), func(*testing.T, int) []lane { return lanes })
-}
-
-// testPool returns a pool on the test database, closed when t ends. Without a
-// database it skips t, saying how to get one; with CI=true it fails t instead.
-func testPool(t *testing.T) *pgxpool.Pool {
-	url := os.Getenv("SUBMISSIONS_TEST_DATABASE_URL")
-	if url == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("SUBMISSIONS_TEST_DATABASE_URL is not set, and CI=true: the PostgreSQL checks must run")
-		}
-		t.Skip("SUBMISSIONS_TEST_DATABASE_URL is not set: skipping the PostgreSQL checks (scripts/test starts a local server when it can)")
-	}
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 16 // more than the clients: each call has a connection of its own
-	pool, err := pgxpool.NewWithConfig(bg, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
-}
-
+// linSize returns c with the count of histories SUBMISSIONS_LIN_HISTORIES
+// sets, if it sets one.
 func linSize(t *testing.T, c linConfig) linConfig {
 	if v := os.Getenv("SUBMISSIONS_LIN_HISTORIES"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("SUBMISSIONS_LIN_HISTORIES=%q: want a positive count", v)
-		}
+		require.NoError(t, err, "SUBMISSIONS_LIN_HISTORIES=%q: want a positive count", v)
+		require.Positive(t, n, "SUBMISSIONS_LIN_HISTORIES=%q: want a positive count", v)
 		c.histories = n
 	}
 	return c
 }
 
-// checkHistories records c.histories histories on the lanes newLanes gives
-// each, and checks every one. It stops at the first that is not linearizable,
-// with porcupine's visualization of it written to a file it names.
-func checkHistories(t *testing.T, c linConfig, newLanes func(t *testing.T, h int) []lane) {
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv("SUBMISSIONS_LIN_SEED"); v != "" {
-		var err error
-		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
-			t.Fatalf("SUBMISSIONS_LIN_SEED=%q: %v", v, err)
-		}
+// linSeed returns the seed SUBMISSIONS_LIN_SEED sets, or a new one.
+func linSeed(t *testing.T) uint64 {
+	v := os.Getenv("SUBMISSIONS_LIN_SEED")
+	if v == "" {
+		return uint64(time.Now().UnixNano())
 	}
+	seed, err := strconv.ParseUint(v, 10, 64)
+	require.NoError(t, err, "SUBMISSIONS_LIN_SEED=%q", v)
+	return seed
+}
+
+// linRun is what a run of histories did: how many it recorded and checked,
+// and the first that failed, if one did.
+type linRun struct {
+	seed               uint64
+	histories          int // recorded and checked, the failing one included
+	ops, claims, sends int
+	raced              int // Resolves that found their key released under them
+	elapsed            time.Duration
+	failure            *linFailure
+}
+
+// err returns the failure, as an error, or nil.
+func (r linRun) err() error {
+	if r.failure == nil {
+		return nil
+	}
+	return r.failure
+}
+
+func (r linRun) String() string {
+	return fmt.Sprintf("%d histories, %d operations (%d claims, %d sends, %d Resolves raced by a Release), in %v",
+		r.histories, r.ops, r.claims, r.sends, r.raced, r.elapsed.Round(time.Millisecond))
+}
+
+// A linFailure is a history that failed the check.
+type linFailure struct {
+	history int
+	seed    uint64
+	// notLinearizable: porcupine found no order, or a Resolve answered
+	// InFlight with no Release of its key beside it; otherwise an error no
+	// rule gives, or porcupine did not decide in time.
+	notLinearizable bool
+	msg             string
+}
+
+func (f *linFailure) Error() string { return f.msg }
+
+// checkHistories records up to c.histories histories, each on the lanes
+// newLanes gives it, and checks each one. It stops at the first that fails,
+// with porcupine's visualization of it written to a file in dir, unless dir
+// is empty.
+func checkHistories(t *testing.T, c linConfig, dir string, newLanes func(h int) []lane) linRun {
+	run := linRun{seed: linSeed(t)}
 	start := time.Now()
-	var ops, claims, sends int
 	for h := range c.histories {
-		rng := rand.New(rand.NewPCG(seed, uint64(h)))
-		history, stats := record(rng, c, fmt.Sprintf("h%d-%d", os.Getpid(), h), newLanes(t, h))
-		ops, claims, sends = ops+len(history), claims+stats.claims, sends+stats.sends
-		if op, err := unexpected(history); err != "" {
-			t.Fatalf("history %d (SUBMISSIONS_LIN_SEED=%d): %s returned an error no rule gives, so the history cannot be checked: %s",
-				h, seed, describeOp(op.Input.(Op), op.Output.(Result)), err)
+		rng := rand.New(rand.NewPCG(run.seed, uint64(h)))
+		history, stats := record(rng, c, fmt.Sprintf("h%d-%d", os.Getpid(), h), newLanes(h))
+		run.histories, run.ops = h+1, run.ops+len(history)
+		run.claims, run.sends = run.claims+stats.claims, run.sends+stats.sends
+		fail := func(notLinearizable bool, format string, args ...any) linRun {
+			run.elapsed = time.Since(start)
+			run.failure = &linFailure{history: h, seed: run.seed, notLinearizable: notLinearizable,
+				msg: fmt.Sprintf("history %d (SUBMISSIONS_LIN_SEED=%d) ", h, run.seed) + fmt.Sprintf(format, args...)}
+			return run
+		}
+		if op, ok := unexpected(history); ok {
+			return fail(false, "cannot be checked: %s returned an error no rule gives: %s",
+				describeOp(op.Input.(Op), op.Output.(Result)), op.Metadata.(meta).err)
 		}
 		res, info := porcupine.CheckOperationsVerbose(ledgerModel, history, 20*time.Second)
 		if res == porcupine.Ok {
-			if op, ok := unraced(history); ok {
-				t.Fatalf("history %d (SUBMISSIONS_LIN_SEED=%d) is not linearizable: %s answered InFlight, and no Release of its key overlapped it\n%s",
-					h, seed, describeOp(op.Input.(Op), op.Output.(Result)), describeGroup(history, group(op.Input.(Op))))
+			raced, op, ok := unraced(history)
+			if ok {
+				return fail(true, "is not linearizable: %s answered InFlight, and no Release of its key overlapped it\n%s",
+					describeOp(op.Input.(Op), op.Output.(Result)), describeGroup(history, group(op.Input.(Op))))
 			}
+			run.raced += raced
 			continue
 		}
-		path := filepath.Join(os.TempDir(), fmt.Sprintf("submissions-lin-%d-%d.html", seed, h))
-		if err := porcupine.VisualizePath(ledgerModel, info, path); err != nil {
-			t.Errorf("write the visualization: %v", err)
+		var saved string
+		if dir != "" {
+			path := filepath.Join(dir, fmt.Sprintf("submissions-lin-%d-%d.html", run.seed, h))
+			if err := porcupine.VisualizePath(ledgerModel, info, path); err != nil {
+				t.Errorf("write the visualization: %v", err)
+			}
+			saved = "; its visualization is in " + path
 		}
-		verdict := "not linearizable"
 		if res == porcupine.Unknown {
-			verdict = "not decided within 20s (treated as a failure: make histories smaller)"
+			return fail(false, "was not decided within 20s (make histories smaller): %d operations%s", len(history), saved)
 		}
-		t.Fatalf("history %d (SUBMISSIONS_LIN_SEED=%d) is %s: %d operations; its visualization is in %s\n%s",
-			h, seed, verdict, len(history), path, describeIllegal(history))
+		return fail(true, "is not linearizable: %d operations%s\n%s", len(history), saved, describeIllegal(history))
 	}
-	figures.Add(t, "linearizable: %d histories, %d operations (%d claims, %d sends), %d clients on %d ledgers sharing one store, in %v",
-		c.histories, ops, claims, sends, c.clients, len(newLanes(t, 0)), time.Since(start).Round(time.Millisecond))
+	run.elapsed = time.Since(start)
+	return run
 }
 
 type recordStats struct{ claims, sends int }
+
+// meta is what a history keeps of an operation besides its input and
+// output: the lane it ran on, and its error's text.
+type meta struct {
+	lane int
+	err  string
+}
 
 // record runs one history: c.clients goroutines, released together, each
 // calling c.ops random operations on random lanes, and returns what they saw.
@@ -195,11 +185,11 @@ func record(rng *rand.Rand, c linConfig, name string, lanes []lane) ([]porcupine
 		stats  recordStats
 		start  = make(chan struct{})
 		wg     sync.WaitGroup
-		scheme = make([][]step, c.clients)
+		scheme = make([][]call, c.clients)
 	)
 	for i := range scheme { // drawn before the run, so that a seed replays the same calls
 		for range c.ops {
-			scheme[i] = append(scheme[i], drawStep(rng, c, name, len(lanes)))
+			scheme[i] = append(scheme[i], drawCall(rng, c, name, len(lanes)))
 		}
 	}
 	add := func(op porcupine.Operation) {
@@ -213,20 +203,21 @@ func record(rng *rand.Rand, c linConfig, name string, lanes []lane) ([]porcupine
 			stats.sends++
 		}
 	}
-	for client, steps := range scheme {
+	for client, calls := range scheme {
 		wg.Go(func() {
 			<-start
-			for _, st := range steps {
-				l := lanes[st.lane]
-				st.op.Ledger, st.op.Native = l.id, l.native
-				if st.op.Kind == Submit {
-					st.op.ClaimID = int(claim.Add(1))
-					submit(client, l, st, &clock, add)
+			for _, cl := range calls {
+				l := lanes[cl.lane]
+				cl.op.Ledger = l.marks
+				if cl.op.Kind == Submit {
+					cl.op.ClaimID = int(claim.Add(1))
+					recordSubmit(client, l, cl, &clock, add)
 					continue
 				}
-				call := clock.Add(1)
-				res, err := single(l.s, st.op)
-				add(porcupine.Operation{ClientId: client, Input: st.op, Call: call, Output: res, Return: clock.Add(1), Metadata: errText(err)})
+				begin := clock.Add(1)
+				res, err := single(l.s, cl.op)
+				add(porcupine.Operation{ClientId: client, Input: cl.op, Call: begin, Output: res, Return: clock.Add(1),
+					Metadata: meta{cl.lane, errText(err)}})
 			}
 		})
 	}
@@ -235,17 +226,19 @@ func record(rng *rand.Rand, c linConfig, name string, lanes []lane) ([]porcupine
 	return out, stats
 }
 
-// step is one operation a client will make, with how its send behaves.
-type step struct {
+// call is one operation a client of a history will make, with how its rail
+// behaves.
+type call struct {
 	op    Op
 	lane  int
 	pause int // how the rail waits: 0 not at all, 1 yields, 2 sleeps
 }
 
-// drawStep draws an operation on one of a history's groups of three keys and
-// two withdrawals. A key mostly goes with one withdrawal, as a client's retry
-// does, and now and then with the other, or with another spelling of it.
-func drawStep(rng *rand.Rand, c linConfig, name string, lanes int) step {
+// drawCall draws an operation on one of a history's groups of three keys
+// and two withdrawals. A key mostly goes with one withdrawal, as a client's
+// retry does, and now and then with the other, or with another spelling of
+// it.
+func drawCall(rng *rand.Rand, c linConfig, name string, lanes int) call {
 	g := rng.IntN(c.groups)
 	k := rng.IntN(3)
 	w := k % 2
@@ -270,8 +263,10 @@ func drawStep(rng *rand.Rand, c linConfig, name string, lanes int) step {
 			op.Send = SendOK
 		case r < 60:
 			op.Send = SendNil
-		case r < 85:
+		case r < 80:
 			op.Send = SendFail
+		case r < 85:
+			op.Send = SendBoth
 		case r < 91:
 			op.Send = SendPanic
 		case r < 96:
@@ -292,104 +287,43 @@ func drawStep(rng *rand.Rand, c linConfig, name string, lanes int) step {
 	default:
 		op.Kind = ClaimedBy
 	}
-	return step{op: op, lane: rng.IntN(lanes), pause: rng.IntN(3)}
+	return call{op: op, lane: rng.IntN(lanes), pause: rng.IntN(3)}
 }
 
-// submit runs a Submit and records it: as a Claim alone when it does not send,
-// or as a Claim and a Settle when it does.
-func submit(client int, l lane, st step, clock *atomic.Int64, add func(porcupine.Operation)) {
-	op := st.op
+// recordSubmit runs a Submit and records it: as a Claim alone when it does
+// not send, or as a Claim and a Settle when it does.
+func recordSubmit(client int, l lane, cl call, clock *atomic.Int64, add func(porcupine.Operation)) {
+	op := cl.op
 	claimOp, settleOp := op, op
 	claimOp.Kind, claimOp.Send = Claim, 0
 	settleOp.Kind = Settle
 	ctx, cancel := context.WithCancel(bg)
 	defer cancel()
-	rail := railFor(op, cancel)
-	if rail == nil { // the request is the outcome, as with a nil send
-		rail = func(_ context.Context, w W) (W, error) { return w, nil }
+	send := rail(op, cancel, nil)
+	if send == nil { // the request is the outcome, as with a nil send
+		send = func(_ context.Context, w W) (W, error) { return w, nil }
 	}
 	var entered, left int64
-	send := func(ctx context.Context, w W) (W, error) {
+	timed := func(ctx context.Context, w W) (W, error) {
 		entered = clock.Add(1)
-		switch st.pause {
+		switch cl.pause {
 		case 1:
 			runtime.Gosched()
 		case 2:
 			time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
 		}
 		left = clock.Add(1)
-		return rail(ctx, w)
+		return send(ctx, w)
 	}
-	call := clock.Add(1)
-	var res Result
-	var err error
-	func() {
-		defer railPanicked(&res)
-		var got W
-		got, err = l.s.Submit(ctx, op.Key, op.W, send)
-		res = submitted(got, err)
-	}()
-	ret := clock.Add(1)
+	begin := clock.Add(1)
+	res, err := submit(ctx, l.s, op, timed)
+	end := clock.Add(1)
 	if entered == 0 {
-		add(porcupine.Operation{ClientId: client, Input: claimOp, Call: call, Output: res, Return: ret, Metadata: errText(err)})
+		add(porcupine.Operation{ClientId: client, Input: claimOp, Call: begin, Output: res, Return: end, Metadata: meta{cl.lane, errText(err)}})
 		return
 	}
-	add(porcupine.Operation{ClientId: client, Input: claimOp, Call: call, Output: Result{Claimed: true}, Return: entered})
-	add(porcupine.Operation{ClientId: client, Input: settleOp, Call: left, Output: res, Return: ret, Metadata: errText(err)})
-}
-
-const railBug = "rail bug"
-
-// submitted says what a Submit's return means: the outcome goes with it when
-// it came from the rail (no error, or ErrOutcomeNotRecorded).
-func submitted(out W, err error) Result {
-	res := classify(err)
-	if res.Err == None || res.Err == NotRecorded {
-		res.Outcome = out
-	}
-	return res
-}
-
-// single runs an operation other than Submit.
-func single(s *submissions.Submissions[W], op Op) (res Result, err error) {
-	switch op.Kind {
-	case Resolve:
-		err = s.Resolve(bg, op.Key, op.W)
-	case Release:
-		err = s.Release(bg, op.Key)
-	case Outcome:
-		res.Outcome, res.OK, err = s.Outcome(bg, op.Key)
-	case ClaimedBy:
-		res.Holder, res.OK, err = s.ClaimedBy(bg, op.W.ID)
-	default:
-		panic(fmt.Sprintf("single: %v", op.Kind))
-	}
-	if err != nil {
-		return classify(err), err
-	}
-	return res, nil
-}
-
-// classify says what an error means, as Model says it. An error no rule
-// gives is Unexpected, which no model step produces: the checker alone
-// reports it.
-func classify(err error) Result {
-	var conflict *submissions.ConflictError
-	switch {
-	case err == nil:
-		return Result{}
-	case errors.Is(err, submissions.ErrOutcomeNotRecorded):
-		return Result{Err: NotRecorded}
-	case errors.As(err, &conflict):
-		return Result{Err: Conflict, Holder: conflict.Holder}
-	case errors.Is(err, submissions.ErrIdempotencyConflict):
-		return Result{Err: Idempotency}
-	case errors.Is(err, submissions.ErrSubmissionInFlight):
-		return Result{Err: InFlight}
-	case errors.Is(err, errRail):
-		return Result{Err: SendFailed}
-	}
-	return Result{Err: Unexpected}
+	add(porcupine.Operation{ClientId: client, Input: claimOp, Call: begin, Output: Result{Claimed: true}, Return: entered, Metadata: meta{lane: cl.lane}})
+	add(porcupine.Operation{ClientId: client, Input: settleOp, Call: left, Output: res, Return: end, Metadata: meta{cl.lane, errText(err)}})
 }
 
 func errText(err error) string {
@@ -423,7 +357,7 @@ var ledgerModel = porcupine.Model{
 		ok, next := state.(*Model).Step(input.(Op), output.(Result))
 		return ok, next
 	},
-	Equal: func(a, b any) bool { return a.(*Model).String() == b.(*Model).String() },
+	Equal: func(a, b any) bool { return a.(*Model).Equal(b.(*Model)) },
 	Hash: func(state any) uint64 {
 		h := fnv.New64a()
 		h.Write([]byte(state.(*Model).String()))
@@ -432,8 +366,8 @@ var ledgerModel = porcupine.Model{
 	DescribeOperation: func(input, output any) string { return describeOp(input.(Op), output.(Result)) },
 	DescribeState:     func(state any) string { return state.(*Model).String() },
 	DescribeOperationMetadata: func(info any) string {
-		s, _ := info.(string)
-		return s
+		m, _ := info.(meta)
+		return fmt.Sprintf("lane %d %s", m.lane, m.err)
 	},
 }
 
@@ -448,19 +382,39 @@ func group(op Op) string {
 
 var kindNames = map[Kind]string{Submit: "Submit", Resolve: "Resolve", Release: "Release", Outcome: "Outcome", ClaimedBy: "ClaimedBy", Claim: "Claim", Settle: "Settle"}
 
+// describeOp says what op did, in short: kind@ledger(arguments) -> result.
 func describeOp(in Op, out Result) string {
-	short := func(name string) string { return name[strings.LastIndexByte(name, '-')+1:] }
+	return describeCall(in) + " -> " + describeResult(in, out)
+}
+
+// short is a name without the prefix of its history and group.
+func short(name string) string { return name[strings.LastIndexByte(name, '-')+1:] }
+
+// describeCall says what op was: kind@ledger(arguments).
+func describeCall(in Op) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s@%d(%s", kindNames[in.Kind], in.Ledger, short(in.Key))
+	fmt.Fprintf(&b, "%s@%d(", kindNames[in.Kind], in.Ledger)
 	switch in.Kind {
-	case Claim, Resolve:
-		fmt.Fprintf(&b, " %s %s %s %s %s", short(in.W.ID), in.W.Amount, in.W.Currency, in.W.Dest, in.W.TxHash)
-	case Settle:
-		fmt.Fprintf(&b, " %s", sendNames[in.Send])
+	case Submit, Claim, Resolve:
+		fmt.Fprintf(&b, "%s %s %s %s %s %s", short(in.Key), short(in.W.ID), in.W.Amount, in.W.Currency, in.W.Dest, in.W.TxHash)
 	case ClaimedBy:
 		b.WriteString(short(in.W.ID))
+	default:
+		b.WriteString(short(in.Key))
 	}
-	b.WriteString(") -> ")
+	if in.Kind == Submit || in.Kind == Claim || in.Kind == Settle {
+		fmt.Fprintf(&b, " claim %d", in.ClaimID)
+	}
+	if in.Kind == Submit || in.Kind == Settle {
+		fmt.Fprintf(&b, " %s", sendNames[in.Send])
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
+// describeResult says what out, the result of in, is.
+func describeResult(in Op, out Result) string {
+	var b strings.Builder
 	switch {
 	case out.Err != None:
 		b.WriteString(errNames[out.Err])
@@ -468,14 +422,14 @@ func describeOp(in Op, out Result) string {
 			b.WriteString(" " + short(out.Holder))
 		}
 		if out.Outcome != (W{}) {
-			b.WriteString(" " + out.Outcome.TxHash)
+			fmt.Fprintf(&b, " %s %s %s %s", short(out.Outcome.ID), out.Outcome.Amount, out.Outcome.Currency, out.Outcome.TxHash)
 		}
-	case in.Kind == Claim && out.Claimed:
+	case out.Claimed:
 		b.WriteString("claimed")
 	case in.Kind == ClaimedBy:
 		fmt.Fprintf(&b, "%s %v", short(out.Holder), out.OK)
 	case out.Outcome != (W{}):
-		fmt.Fprintf(&b, "%s %s %s", out.Outcome.Amount, out.Outcome.Currency, out.Outcome.TxHash)
+		fmt.Fprintf(&b, "%s %s %s %s", short(out.Outcome.ID), out.Outcome.Amount, out.Outcome.Currency, out.Outcome.TxHash)
 	default:
 		fmt.Fprintf(&b, "ok %v", out.OK)
 	}
@@ -483,40 +437,44 @@ func describeOp(in Op, out Result) string {
 }
 
 var (
-	sendNames = map[Send]string{SendOK: "sent", SendNil: "request", SendFail: "failed", SendPanic: "panicked", SendWrong: "wrong", SendLate: "late"}
-	errNames  = map[Err]string{Conflict: "Conflict", Idempotency: "Idempotency", InFlight: "InFlight", SendFailed: "SendFailed", SendPanicked: "SendPanicked", NotRecorded: "NotRecorded", Unexpected: "Unexpected"}
+	sendNames = map[Send]string{SendOK: "sent", SendNil: "request", SendFail: "failed", SendPanic: "panicked",
+		SendWrong: "wrong", SendLate: "late", SendBoth: "answer and error"}
+	errNames = map[Err]string{Conflict: "Conflict", Idempotency: "Idempotency", InFlight: "InFlight",
+		OutcomeUnknown: "OutcomeUnknown", SendPanicked: "SendPanicked", NotRecorded: "NotRecorded", Unexpected: "Unexpected"}
 )
 
-// unexpected returns an operation of history that ended with an error no rule
-// gives (a store failure, say), and the error.
-func unexpected(history []porcupine.Operation) (porcupine.Operation, string) {
+// unexpected returns an operation of history that ended with an error no
+// rule gives (a store failure, say).
+func unexpected(history []porcupine.Operation) (porcupine.Operation, bool) {
 	for _, op := range history {
 		if op.Output.(Result).Err == Unexpected {
-			return op, op.Metadata.(string)
+			return op, true
 		}
 	}
-	return porcupine.Operation{}, ""
+	return porcupine.Operation{}, false
 }
 
 // unraced returns a Resolve of history that answered InFlight with no
 // Release of its key that succeeded while it ran: the one answer Model.Step
-// allows on faith, checked here.
-func unraced(history []porcupine.Operation) (porcupine.Operation, bool) {
+// allows on faith, checked here. If there is none, it returns how many
+// Resolves answered InFlight.
+func unraced(history []porcupine.Operation) (raced int, _ porcupine.Operation, _ bool) {
 	for _, op := range history {
 		in := op.Input.(Op)
 		if in.Kind != Resolve || op.Output.(Result).Err != InFlight {
 			continue
 		}
-		raced := slices.ContainsFunc(history, func(r porcupine.Operation) bool {
+		overlapped := slices.ContainsFunc(history, func(r porcupine.Operation) bool {
 			rin := r.Input.(Op)
 			return rin.Kind == Release && rin.Key == in.Key && r.Output.(Result) == (Result{}) &&
 				r.Call <= op.Return && op.Call <= r.Return
 		})
-		if !raced {
-			return op, true
+		if !overlapped {
+			return 0, op, true
 		}
+		raced++
 	}
-	return porcupine.Operation{}, false
+	return raced, porcupine.Operation{}, false
 }
 
 // describeIllegal lists the operations of the groups of history that have no
@@ -544,9 +502,10 @@ func describeGroup(history []porcupine.Operation, g string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "group %s:\n", g)
 	for _, op := range part {
-		fmt.Fprintf(&b, "  [%d,%d] client %d %s", op.Call, op.Return, op.ClientId, describeOp(op.Input.(Op), op.Output.(Result)))
-		if m, _ := op.Metadata.(string); m != "" {
-			fmt.Fprintf(&b, " (%s)", m)
+		m := op.Metadata.(meta)
+		fmt.Fprintf(&b, "  [%d,%d] client %d lane %d %s", op.Call, op.Return, op.ClientId, m.lane, describeOp(op.Input.(Op), op.Output.(Result)))
+		if m.err != "" {
+			fmt.Fprintf(&b, " (%s)", m.err)
 		}
 		b.WriteByte('\n')
 	}

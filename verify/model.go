@@ -1,11 +1,12 @@
 // Package verify holds the ledger's semantics in executable form: Model is a
-// small, sequential, obviously-correct ledger, the rules of the README as a
+// small, sequential, obviously correct ledger, the rules of the README as a
 // pure function of state and operation. The tests of this module check the
 // real ledger, on every store, against it.
 package verify
 
 import (
 	"fmt"
+	"maps"
 	"math/big"
 	"slices"
 	"strings"
@@ -38,7 +39,8 @@ const (
 	// claims.
 	Claim
 	// Settle is a Submit that claimed, from send's return to its own: one
-	// atomic step that records the rail's answer, or leaves the key claimed.
+	// atomic step that records the rail's answer on the Submit's claim, or
+	// records nothing.
 	Settle
 )
 
@@ -53,6 +55,7 @@ const (
 	SendPanic             // panics
 	SendWrong             // returns the outcome of another withdrawal
 	SendLate              // returns as SendOK does, after the caller's context ended
+	SendBoth              // returns SendOK's answer together with an error
 )
 
 // Op is one call on a ledger.
@@ -62,17 +65,15 @@ type Op struct {
 	W    W      // Submit, Claim, Settle: the request; Resolve: the outcome; ClaimedBy: W.ID
 	Send Send   // Submit, Settle
 
-	// Several ledgers may share a store, as instances share a database. A
-	// ledger refuses to release a key while it is sending it itself (rule
-	// 14). Ledger names the ledger an operation runs on; Native says that it
-	// keeps those marks in the store's own records and settles a claim by
-	// its identity (the memory store, which all native ledgers on it share),
-	// rather than marks of its own and a settle by key and fingerprint (any
-	// other Store, through its Store methods). ClaimID numbers a Submit's
-	// claim for its Settle; 0 is no claim. Their zero values are one ledger
-	// on a store other than memory, which is all Apply's callers need.
-	Ledger  int
-	Native  bool
+	// Ledger names the ledger an operation runs on, as far as its marks go:
+	// a ledger refuses to release a key while it is sending the key's
+	// current claim. Ledgers that share the memory store natively share its
+	// marks, and so share one number; a ledger on any other Store keeps
+	// marks of its own and has a number of its own.
+	Ledger int
+	// ClaimID names a Submit's claim, for its Settle: an outcome is recorded
+	// only on the claim its send ran under. The checks number claims from 1;
+	// Apply's Submit, which claims and settles in one step, may leave it 0.
 	ClaimID int
 }
 
@@ -81,14 +82,14 @@ type Err int
 
 // The errors a call can end with.
 const (
-	None         Err = iota
-	Conflict         // *submissions.ConflictError: another key holds the withdrawal
-	Idempotency      // submissions.ErrIdempotencyConflict otherwise
-	InFlight         // submissions.ErrSubmissionInFlight
-	SendFailed       // the rail's error
-	SendPanicked     // the rail's panic
-	NotRecorded      // submissions.ErrOutcomeNotRecorded, with the rail's answer
-	Unexpected       // any other error: no ledger that follows the rules returns one here
+	None           Err = iota
+	Conflict           // *submissions.ConflictError: another key holds the withdrawal
+	Idempotency        // submissions.ErrIdempotencyConflict otherwise
+	InFlight           // submissions.ErrSubmissionInFlight
+	OutcomeUnknown     // submissions.ErrOutcomeUnknown: the rail gave no answer
+	SendPanicked       // the rail's panic, raised again by Submit
+	NotRecorded        // submissions.ErrOutcomeNotRecorded, with the rail's answer
+	Unexpected         // any other error, ErrStoreFailed included: no rule gives one here
 )
 
 // Result is what a call returned.
@@ -106,32 +107,40 @@ func Sent(w W, key string) W {
 	return w
 }
 
+// Wrong is the answer SendWrong returns for w: another withdrawal's.
+func Wrong(w W) W {
+	w.ID += "x"
+	return w
+}
+
 // Model is the ledger's semantics: a map from key to record and one from
-// withdrawal id to key, changed one operation at a time, and the sends that
-// ledgers are running. Its zero value is an empty ledger.
+// withdrawal id to key, changed one operation at a time, and the marks of
+// the claims that ledgers are sending. Its zero value is an empty ledger.
 type Model struct {
 	records map[string]entry
 	claims  map[string]string
-	sending map[mark]int // non-native ledgers' running sends, by ledger and key
+	marks   map[mark]bool
 }
 
-// mark names a key that a ledger is sending.
+// mark says that a ledger is sending a claim.
 type mark struct {
-	ledger int
-	key    string
+	ledger, claim int
 }
 
+// entry is a key's record: one claim.
 type entry struct {
 	fp      W // the request that claimed the key
 	outcome W
 	done    bool
-	claim   int  // the claim that made the record (Op.Claim), 0 for a Resolve
-	sending bool // a native ledger is running its send
+	claim   int // the Submit's claim that made the record (Op.ClaimID); resolved for a Resolve
 }
+
+// resolved is the claim of a record that a Resolve made: no Submit's.
+const resolved = -1
 
 func (m *Model) init() {
 	if m.records == nil {
-		m.records, m.claims, m.sending = map[string]entry{}, map[string]string{}, map[mark]int{}
+		m.records, m.claims, m.marks = map[string]entry{}, map[string]string{}, map[mark]bool{}
 	}
 }
 
@@ -169,9 +178,9 @@ func (m *Model) Apply(op Op) Result {
 // Step reports whether a ledger in state m may answer op with got, and the
 // state it is in then; m is not changed. It is Apply, with the one answer
 // the rules leave open: a Resolve that races a Release of the same key may
-// find the key in flight, then gone, record nothing and answer InFlight.
-// Step cannot see the race; the check of a history that uses this allowance
-// must see that a Release of the key overlapped the Resolve.
+// find the key in flight, then released, record nothing and answer
+// InFlight. Step cannot see the race; the check of a history that uses this
+// allowance must see that a Release of the key overlapped the Resolve.
 func (m *Model) Step(op Op, got Result) (bool, *Model) {
 	next := m.Clone()
 	if next.Apply(op) == got {
@@ -188,20 +197,19 @@ func (m *Model) Step(op Op, got Result) (bool, *Model) {
 func (m *Model) Clone() *Model {
 	c := &Model{}
 	c.init()
-	for k, v := range m.records {
-		c.records[k] = v
-	}
-	for k, v := range m.claims {
-		c.claims[k] = v
-	}
-	for k, v := range m.sending {
-		c.sending[k] = v
-	}
+	maps.Copy(c.records, m.records)
+	maps.Copy(c.claims, m.claims)
+	maps.Copy(c.marks, m.marks)
 	return c
 }
 
+// Equal reports whether m and o are in the same state.
+func (m *Model) Equal(o *Model) bool {
+	return maps.Equal(m.records, o.records) && maps.Equal(m.claims, o.claims) && maps.Equal(m.marks, o.marks)
+}
+
 // String describes m in a canonical form: two models are in the same state
-// when their strings are equal.
+// exactly when their strings are equal.
 func (m *Model) String() string {
 	var lines []string
 	for k, r := range m.records {
@@ -209,13 +217,13 @@ func (m *Model) String() string {
 		if r.done {
 			state = fmt.Sprintf("done %+v", r.outcome)
 		}
-		lines = append(lines, fmt.Sprintf("key %s: %+v claim %d %s sending %v", k, r.fp, r.claim, state, r.sending))
+		lines = append(lines, fmt.Sprintf("key %s: %+v claim %d %s", k, r.fp, r.claim, state))
 	}
 	for id, k := range m.claims {
 		lines = append(lines, fmt.Sprintf("withdrawal %s: %s", id, k))
 	}
-	for mk, n := range m.sending {
-		lines = append(lines, fmt.Sprintf("ledger %d sends %s: %d", mk.ledger, mk.key, n))
+	for mk := range m.marks {
+		lines = append(lines, fmt.Sprintf("ledger %d sends claim %d", mk.ledger, mk.claim))
 	}
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")
@@ -234,57 +242,44 @@ func (m *Model) claim(op Op) Result {
 	if holder, ok := m.claims[op.W.ID]; ok { // rule 8
 		return Result{Err: Conflict, Holder: holder}
 	}
-	// Rule 4: claim, and mark the key as being sent.
-	m.records[op.Key] = entry{fp: op.W, claim: op.ClaimID, sending: op.Native}
+	// Rule 4: claim, and mark the claim as being sent by this ledger.
+	m.records[op.Key] = entry{fp: op.W, claim: op.ClaimID}
 	m.claims[op.W.ID] = op.Key
-	if !op.Native {
-		m.sending[mark{op.Ledger, op.Key}]++
-	}
+	m.marks[mark{op.Ledger, op.ClaimID}] = true
 	return Result{Claimed: true}
 }
 
-// settle ends the send of op's claim: the mark is cleared, and the rail's
-// answer recorded if the claim still stands without an outcome.
+// settle ends the send of op's claim: its mark is cleared, and the rail's
+// answer recorded if it is one and the claim still stands without an outcome
+// (rules 9, 10, 11a).
 func (m *Model) settle(op Op) Result {
-	r, ok := m.records[op.Key]
-	// A native ledger's claim is its record; any other ledger's is the key's
-	// record for the same withdrawal, whoever claimed it.
-	mine := ok && (op.Native && r.claim == op.ClaimID || !op.Native && SameWithdrawal(r.fp, op.W))
-	if op.Native && mine {
-		r.sending = false
-		m.records[op.Key] = r
-	}
-	if !op.Native {
-		mk := mark{op.Ledger, op.Key}
-		if m.sending[mk]--; m.sending[mk] == 0 {
-			delete(m.sending, mk)
-		}
-	}
-	var out W
+	delete(m.marks, mark{op.Ledger, op.ClaimID})
+	var answer W
 	switch op.Send {
 	case SendOK:
-		out = Sent(op.W, op.Key)
+		answer = Sent(op.W, op.Key)
 	case SendNil:
-		out = op.W
-	case SendFail: // rule 9: the key stays claimed
-		return Result{Err: SendFailed}
+		answer = op.W
+	case SendFail, SendBoth:
+		return Result{Err: OutcomeUnknown}
 	case SendPanic:
 		return Result{Err: SendPanicked}
-	case SendWrong: // rule 10
-		return Result{Err: Idempotency}
-	case SendLate: // rule 9: not taken as known, and the key stays claimed
+	case SendWrong:
+		return Result{Err: NotRecorded, Outcome: Wrong(op.W)}
+	case SendLate:
 		return Result{Err: NotRecorded, Outcome: Sent(op.W, op.Key)}
 	}
+	r, ok := m.records[op.Key]
 	switch {
-	case !mine: // released meanwhile
-		return Result{Err: NotRecorded, Outcome: out}
-	case r.done && r.outcome != out: // resolved meanwhile, otherwise
-		return Result{Err: NotRecorded, Outcome: out}
+	case !ok || r.claim != op.ClaimID: // released meanwhile, perhaps claimed again
+		return Result{Err: NotRecorded, Outcome: answer}
 	case !r.done:
-		r.outcome, r.done = out, true
+		r.outcome, r.done = answer, true
 		m.records[op.Key] = r
+	case r.outcome != answer: // resolved meanwhile, otherwise
+		return Result{Err: NotRecorded, Outcome: answer}
 	}
-	return Result{Outcome: out}
+	return Result{Outcome: answer}
 }
 
 func (m *Model) resolve(op Op) Result {
@@ -302,28 +297,23 @@ func (m *Model) resolve(op Op) Result {
 	if holder, ok := m.claims[op.W.ID]; ok { // rule 13
 		return Result{Err: Conflict, Holder: holder}
 	}
-	m.records[op.Key] = entry{fp: op.W, outcome: op.W, done: true}
+	m.records[op.Key] = entry{fp: op.W, outcome: op.W, done: true, claim: resolved}
 	m.claims[op.W.ID] = op.Key
 	return Result{}
 }
 
 func (m *Model) release(op Op) Result { // rule 14
 	r, ok := m.records[op.Key]
-	if !op.Native && m.sending[mark{op.Ledger, op.Key}] > 0 && (!ok || !r.done) {
-		return Result{Err: InFlight} // this ledger is sending it
-	}
 	switch {
 	case !ok:
 		return Result{}
 	case r.done:
 		return Result{Err: Idempotency}
-	case r.sending && op.Native:
-		return Result{Err: InFlight} // a ledger sharing the store's marks is sending it
+	case m.marks[mark{op.Ledger, r.claim}]:
+		return Result{Err: InFlight} // this ledger is sending the key's claim
 	}
 	delete(m.records, op.Key)
-	if m.claims[r.fp.ID] == op.Key {
-		delete(m.claims, r.fp.ID)
-	}
+	delete(m.claims, r.fp.ID)
 	return Result{}
 }
 

@@ -1,156 +1,239 @@
 package verify
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"log/slog"
-	"os"
-	"sync/atomic"
 	"testing"
 
-	"pgregory.net/rapid"
-
-	"github.com/idemledger/submissions"
-	"github.com/idemledger/submissions/pgstore"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
+
+// The model is the specification the other checks hold the ledger to, so
+// its own rules are pinned here, one scenario each, as plain sequences.
 
 var (
-	bg      = context.Background()
-	quiet   = submissions.WithLogger(slog.New(slog.DiscardHandler))
-	errRail = errors.New("rail timed out")
+	w1  = W{ID: "w1", Amount: "25.00", Currency: "USDC", Dest: "d1"}
+	w1b = W{ID: "w1", Amount: "25", Currency: "usdc", Dest: "d1"} // w1 spelled another way
+	w1d = W{ID: "w1", Amount: "25.00", Currency: "USDC", Dest: "d2"}
+	w2  = W{ID: "w2", Amount: "10", Currency: "EUR", Dest: "d1"}
 )
 
-// The small worlds the checks draw from: few keys and withdrawals, so that
-// operations meet; amounts and currencies spelled several ways.
-var (
-	keys     = []string{"k1", "k2", "k3", "k4"}
-	ids      = []string{"w1", "w2", "w3"}
-	amounts  = []string{"25.00", "25", "025.0", "26"}
-	currency = []string{"USDC", "usdc", "EUR"}
-	dests    = []string{"d1", "d2"}
-	txs      = []string{"", "tx-a", "tx-b"}
-)
+// apply applies ops to m in order and returns their results.
+func applyAll(m *Model, ops ...Op) []Result {
+	var out []Result
+	for _, op := range ops {
+		out = append(out, m.Apply(op))
+	}
+	return out
+}
 
-func drawW(t *rapid.T) W {
-	return W{
-		ID:       rapid.SampledFrom(ids).Draw(t, "id"),
-		Amount:   rapid.SampledFrom(amounts).Draw(t, "amount"),
-		Currency: rapid.SampledFrom(currency).Draw(t, "currency"),
-		Dest:     rapid.SampledFrom(dests).Draw(t, "dest"),
+func TestModelSubmit(t *testing.T) {
+	t.Run("a fresh key claims, sends and records", func(t *testing.T) {
+		var m Model
+		got := applyAll(&m,
+			Op{Kind: Submit, Key: "k1", W: w1},
+			Op{Kind: Outcome, Key: "k1"},
+			Op{Kind: ClaimedBy, W: W{ID: "w1"}})
+		assert.Equal(t, []Result{{Outcome: Sent(w1, "k1")}, {OK: true, Outcome: Sent(w1, "k1")}, {OK: true, Holder: "k1"}}, got)
+	})
+	t.Run("a nil send records the request", func(t *testing.T) {
+		var m Model
+		assert.Equal(t, Result{Outcome: w1}, m.Apply(Op{Kind: Submit, Key: "k1", W: w1, Send: SendNil}))
+	})
+	t.Run("a repeat replays, however the withdrawal is spelled", func(t *testing.T) {
+		var m Model
+		m.Apply(Op{Kind: Submit, Key: "k1", W: w1})
+		assert.Equal(t, Result{Outcome: Sent(w1, "k1")}, m.Apply(Op{Kind: Submit, Key: "k1", W: w1b, Send: SendFail}))
+	})
+	t.Run("a key of another withdrawal is refused", func(t *testing.T) {
+		var m Model
+		m.Apply(Op{Kind: Submit, Key: "k1", W: w1})
+		assert.Equal(t, Result{Err: Idempotency}, m.Apply(Op{Kind: Submit, Key: "k1", W: w1d}))
+	})
+	t.Run("another key for a claimed withdrawal is refused and names the holder", func(t *testing.T) {
+		var m Model
+		m.Apply(Op{Kind: Submit, Key: "k1", W: w1, Send: SendFail})
+		assert.Equal(t, Result{Err: Conflict, Holder: "k1"}, m.Apply(Op{Kind: Submit, Key: "k2", W: w1b}))
+		assert.Equal(t, Result{}, m.Apply(Op{Kind: Outcome, Key: "k2"}), "the loser leaves no trace")
+	})
+	for send, want := range map[Send]Result{
+		SendFail:  {Err: OutcomeUnknown},
+		SendBoth:  {Err: OutcomeUnknown},
+		SendPanic: {Err: SendPanicked},
+		SendWrong: {Err: NotRecorded, Outcome: Wrong(w1)},
+		SendLate:  {Err: NotRecorded, Outcome: Sent(w1, "k1")},
+	} {
+		t.Run("a rail that "+sendNames[send]+" leaves the key in flight", func(t *testing.T) {
+			var m Model
+			got := applyAll(&m,
+				Op{Kind: Submit, Key: "k1", W: w1, Send: send},
+				Op{Kind: Submit, Key: "k1", W: w1},
+				Op{Kind: Outcome, Key: "k1"},
+				Op{Kind: Submit, Key: "k2", W: w1})
+			assert.Equal(t, []Result{want, {Err: InFlight}, {}, {Err: Conflict, Holder: "k1"}}, got)
+		})
 	}
 }
 
-func drawOp(t *rapid.T) Op {
-	op := Op{Kind: Kind(rapid.IntRange(0, 4).Draw(t, "kind")), Key: rapid.SampledFrom(keys).Draw(t, "key"), W: drawW(t)}
-	switch op.Kind {
-	case Submit:
-		op.Send = Send(rapid.IntRange(0, 5).Draw(t, "send"))
-	case Resolve:
-		op.W.TxHash = rapid.SampledFrom(txs).Draw(t, "tx")
+func TestModelClaims(t *testing.T) {
+	claim := func(key string, w W, ledger, id int) Op {
+		return Op{Kind: Claim, Key: key, W: w, Ledger: ledger, ClaimID: id}
 	}
-	return op
-}
-
-// railFor returns the send function of a Submit op: nil for SendNil. cancel
-// ends the Submit's context, for SendLate.
-func railFor(op Op, cancel context.CancelFunc) func(context.Context, W) (W, error) {
-	switch op.Send {
-	case SendNil:
-		return nil
-	case SendFail:
-		return func(context.Context, W) (W, error) { return W{}, errRail }
-	case SendPanic:
-		return func(context.Context, W) (W, error) { panic(railBug) }
-	case SendWrong:
-		return func(_ context.Context, w W) (W, error) { w.ID += "x"; return w, nil }
-	case SendLate:
-		return func(_ context.Context, w W) (W, error) { cancel(); return Sent(w, op.Key), nil }
+	settle := func(key string, w W, ledger, id int) Op {
+		return Op{Kind: Settle, Key: key, W: w, Ledger: ledger, ClaimID: id}
 	}
-	return func(_ context.Context, w W) (W, error) { return Sent(w, op.Key), nil }
-}
-
-// railPanicked, deferred, recovers the rail's panic into *res as
-// SendPanicked; any other panic goes on.
-func railPanicked(res *Result) {
-	if p := recover(); p != nil {
-		if p != railBug {
-			panic(p)
-		}
-		*res = Result{Err: SendPanicked}
-	}
-}
-
-// apply runs op on a real ledger and says what came back, as Model says it.
-// An error no rule gives panics: the sequential checks have no store failures.
-func apply(s *submissions.Submissions[W], op Op) (res Result) {
-	defer railPanicked(&res)
-	var err error
-	if op.Kind == Submit {
-		ctx, cancel := context.WithCancel(bg)
-		defer cancel()
-		res = submitted(s.Submit(ctx, op.Key, op.W, railFor(op, cancel)))
-	} else {
-		res, err = single(s, op)
-	}
-	if res.Err == Unexpected {
-		panic(fmt.Sprintf("unexpected error from %+v: %v", op, err))
-	}
-	return res
-}
-
-// check runs random sequences of operations on ledgers from newLedger and on
-// the model, and fails at the first result that differs; rapid shrinks the
-// sequence to a minimal one.
-func check(t *testing.T, newLedger func(t *rapid.T) *submissions.Submissions[W]) {
-	rapid.Check(t, func(t *rapid.T) {
-		s, m := newLedger(t), &Model{}
-		for i := range rapid.IntRange(1, 40).Draw(t, "ops") {
-			op := drawOp(t)
-			got, want := apply(s, op), m.Apply(op)
-			if got != want {
-				t.Fatalf("op %d %+v: got %+v; want %+v", i, op, got, want)
-			}
-		}
-		for _, key := range keys { // and the end states agree
-			if got, want := apply(s, Op{Kind: Outcome, Key: key}), m.Apply(Op{Kind: Outcome, Key: key}); got != want {
-				t.Fatalf("Outcome(%s) at the end: got %+v; want %+v", key, got, want)
-			}
-		}
-		for _, id := range ids {
-			op := Op{Kind: ClaimedBy, W: W{ID: id}}
-			if got, want := apply(s, op), m.Apply(op); got != want {
-				t.Fatalf("ClaimedBy(%s) at the end: got %+v; want %+v", id, got, want)
-			}
+	t.Run("an answer is recorded on its own claim", func(t *testing.T) {
+		var m Model
+		got := applyAll(&m, claim("k1", w1, 0, 1), settle("k1", w1, 0, 1))
+		assert.Equal(t, []Result{{Claimed: true}, {Outcome: Sent(w1, "k1")}}, got)
+	})
+	t.Run("an answer after a release and a new claim is not recorded on it", func(t *testing.T) {
+		var m Model
+		got := applyAll(&m,
+			claim("k1", w1, 0, 1),
+			Op{Kind: Release, Key: "k1", Ledger: 1},
+			claim("k1", w1b, 1, 2),
+			settle("k1", w1, 0, 1),
+			Op{Kind: Outcome, Key: "k1"},
+			settle("k1", w1b, 1, 2))
+		assert.Equal(t, []Result{
+			{Claimed: true}, {}, {Claimed: true},
+			{Err: NotRecorded, Outcome: Sent(w1, "k1")},
+			{},
+			{Outcome: Sent(w1b, "k1")},
+		}, got)
+	})
+	t.Run("an answer after a release is not recorded", func(t *testing.T) {
+		var m Model
+		got := applyAll(&m, claim("k1", w1, 0, 1), Op{Kind: Release, Key: "k1", Ledger: 1}, settle("k1", w1, 0, 1), Op{Kind: ClaimedBy, W: w1})
+		assert.Equal(t, []Result{{Claimed: true}, {}, {Err: NotRecorded, Outcome: Sent(w1, "k1")}, {}}, got)
+	})
+	t.Run("an answer after a Resolve is accepted only if it is the same outcome", func(t *testing.T) {
+		var m Model
+		got := applyAll(&m,
+			claim("k1", w1, 0, 1), Op{Kind: Resolve, Key: "k1", W: Sent(w1, "k1")}, settle("k1", w1, 0, 1),
+			claim("k2", w2, 0, 2), Op{Kind: Resolve, Key: "k2", W: w2}, settle("k2", w2, 0, 2),
+			Op{Kind: Outcome, Key: "k2"})
+		assert.Equal(t, []Result{
+			{Claimed: true}, {}, {Outcome: Sent(w1, "k1")},
+			{Claimed: true}, {}, {Err: NotRecorded, Outcome: Sent(w2, "k2")},
+			{OK: true, Outcome: w2},
+		}, got)
+	})
+	t.Run("a ledger refuses to release the claim it is sending", func(t *testing.T) {
+		var m Model
+		got := applyAll(&m,
+			claim("k1", w1, 0, 1),
+			Op{Kind: Release, Key: "k1", Ledger: 0},
+			settle("k1", w1, 0, 1),
+			claim("k2", w2, 0, 2),
+			Op{Kind: Release, Key: "k2", Ledger: 1}, // another ledger's marks
+			settle("k2", w2, 0, 2))
+		assert.Equal(t, []Result{
+			{Claimed: true}, {Err: InFlight}, {Outcome: Sent(w1, "k1")},
+			{Claimed: true}, {}, {Err: NotRecorded, Outcome: Sent(w2, "k2")},
+		}, got)
+	})
+	t.Run("a ledger's mark is on the claim, not the key", func(t *testing.T) {
+		var m Model
+		got := applyAll(&m,
+			claim("k1", w1, 0, 1),
+			Op{Kind: Release, Key: "k1", Ledger: 1},
+			claim("k1", w1, 1, 2),
+			Op{Kind: Release, Key: "k1", Ledger: 0}, // still sends claim 1, not claim 2
+			Op{Kind: Release, Key: "k1", Ledger: 1}) // nothing to release
+		assert.Equal(t, []Result{{Claimed: true}, {}, {Claimed: true}, {}, {}}, got)
+	})
+	t.Run("a send's end clears its mark whatever the rail did", func(t *testing.T) {
+		for _, send := range []Send{SendOK, SendFail, SendPanic, SendWrong, SendLate, SendBoth} {
+			var m Model
+			m.Apply(claim("k1", w1, 0, 1))
+			op := settle("k1", w1, 0, 1)
+			op.Send = send
+			m.Apply(op)
+			assert.Empty(t, m.marks, sendNames[send])
 		}
 	})
 }
 
-func TestMemoryLedgerFollowsTheModel(t *testing.T) {
-	check(t, func(*rapid.T) *submissions.Submissions[W] { return submissions.New[W](quiet) })
+func TestModelResolveAndRelease(t *testing.T) {
+	t.Run("Resolve of an unknown key records it and claims the withdrawal", func(t *testing.T) {
+		var m Model
+		got := applyAll(&m,
+			Op{Kind: Resolve, Key: "k1", W: Sent(w1, "x")},
+			Op{Kind: Outcome, Key: "k1"},
+			Op{Kind: Resolve, Key: "k2", W: w1},
+			Op{Kind: Resolve, Key: "k1", W: Sent(w1, "x")},
+			Op{Kind: Resolve, Key: "k1", W: Sent(w1, "y")},
+			Op{Kind: Resolve, Key: "k1", W: w1d},
+			Op{Kind: Release, Key: "k1"})
+		assert.Equal(t, []Result{
+			{}, {OK: true, Outcome: Sent(w1, "x")},
+			{Err: Conflict, Holder: "k1"},
+			{}, {Err: Idempotency}, {Err: Idempotency},
+			{Err: Idempotency},
+		}, got)
+	})
+	t.Run("Release drops an idle claim and frees the withdrawal; an unknown key is a no-op", func(t *testing.T) {
+		var m Model
+		got := applyAll(&m,
+			Op{Kind: Release, Key: "k1"},
+			Op{Kind: Submit, Key: "k1", W: w1, Send: SendFail, ClaimID: 1},
+			Op{Kind: Release, Key: "k1"},
+			Op{Kind: ClaimedBy, W: w1},
+			Op{Kind: Submit, Key: "k2", W: w1, ClaimID: 2})
+		assert.Equal(t, []Result{{}, {Err: OutcomeUnknown}, {}, {}, {Outcome: Sent(w1, "k2")}}, got)
+	})
 }
 
-func TestPostgresLedgerFollowsTheModel(t *testing.T) {
-	pool := testPool(t)
-	var n atomic.Int64
-	var tables []string
-	defer func() {
-		for _, table := range tables {
-			if _, err := pool.Exec(bg, "DROP TABLE IF EXISTS "+table); err != nil {
-				t.Errorf("drop %s: %v", table, err)
-			}
-		}
-	}()
-	check(t, func(t *rapid.T) *submissions.Submissions[W] {
-		table := fmt.Sprintf("verify_%d_%d", os.Getpid(), n.Add(1))
-		tables = append(tables, table)
-		st, err := pgstore.New[W](pool, pgstore.WithTable(table))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := st.Migrate(bg); err != nil {
-			t.Fatal(err)
-		}
-		return submissions.NewWithStore[W](st, quiet)
-	})
+func TestModelStep(t *testing.T) {
+	var m Model
+	m.Apply(Op{Kind: Claim, Key: "k1", W: w1, ClaimID: 1})
+	before := m.String()
+
+	ok, next := m.Step(Op{Kind: Resolve, Key: "k1", W: w1}, Result{})
+	require.True(t, ok)
+	assert.Equal(t, Result{OK: true, Outcome: w1}, next.Apply(Op{Kind: Outcome, Key: "k1"}))
+	assert.Equal(t, before, m.String(), "Step changes nothing")
+
+	ok, next = m.Step(Op{Kind: Resolve, Key: "k1", W: w1b}, Result{Err: InFlight})
+	require.True(t, ok, "a Resolve may find its key released under it")
+	assert.True(t, next.Equal(&m))
+
+	for _, tc := range []struct {
+		name string
+		op   Op
+		got  Result
+	}{
+		{"of another withdrawal", Op{Kind: Resolve, Key: "k1", W: w1d}, Result{Err: InFlight}},
+		{"of an unknown key", Op{Kind: Resolve, Key: "k2", W: w2}, Result{Err: InFlight}},
+		{"by a Release", Op{Kind: Release, Key: "k1", Ledger: 1}, Result{Err: InFlight}},
+		{"of a wrong answer", Op{Kind: Submit, Key: "k2", W: w2}, Result{Outcome: w2}},
+	} {
+		ok, _ := m.Step(tc.op, tc.got)
+		assert.False(t, ok, "InFlight %s", tc.name)
+	}
+
+	var done Model
+	done.Apply(Op{Kind: Submit, Key: "k1", W: w1})
+	ok, _ = done.Step(Op{Kind: Resolve, Key: "k1", W: Sent(w1, "k1")}, Result{Err: InFlight})
+	assert.False(t, ok, "a key with an outcome is not in flight")
+}
+
+func TestModelCloneEqualString(t *testing.T) {
+	var m Model
+	m.Apply(Op{Kind: Claim, Key: "k1", W: w1, ClaimID: 1})
+	c := m.Clone()
+	require.True(t, c.Equal(&m))
+	require.Equal(t, m.String(), c.String())
+
+	c.Apply(Op{Kind: Settle, Key: "k1", W: w1, ClaimID: 1})
+	assert.False(t, c.Equal(&m), "a clone shares nothing")
+	assert.NotEqual(t, m.String(), c.String())
+	assert.Equal(t, Result{}, m.Apply(Op{Kind: Outcome, Key: "k1"}))
+
+	a, b := &Model{}, &Model{}
+	a.Apply(Op{Kind: Submit, Key: "k1", W: w1, Send: SendFail, ClaimID: 1})
+	b.Apply(Op{Kind: Submit, Key: "k1", W: w1, Send: SendFail, ClaimID: 2})
+	assert.False(t, a.Equal(b), "claims differ by their id")
+	assert.NotEqual(t, a.String(), b.String())
 }

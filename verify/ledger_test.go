@@ -1,0 +1,317 @@
+package verify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"go.uber.org/goleak"
+
+	"github.com/idemledger/submissions"
+)
+
+// This file calls real ledgers and reads what they return as Model says it.
+// The sequential checks (rapid, the fuzzer) run steps with run; the
+// linearizability checks record concurrent histories with the same calls.
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+var (
+	bg      = context.Background()
+	quiet   = submissions.WithLogger(slog.New(slog.DiscardHandler))
+	errRail = errors.New("rail timed out")
+)
+
+// railBug is the value a rail that panics panics with.
+const railBug = "rail bug"
+
+// lane is one ledger of a run. marks is the number its operations carry as
+// Op.Ledger: ledgers on the memory store itself share its marks, and one
+// number; a ledger on any other Store has its own.
+type lane struct {
+	s     *submissions.Submissions[W]
+	marks int
+}
+
+// opaque hides a store's type, so that a ledger runs it as it runs any Store:
+// with marks of its own.
+type opaque struct{ submissions.Store[W] }
+
+// memoryLanes returns three ledgers that share one memory store: two on the
+// store itself and one through the Store interface.
+func memoryLanes() []lane {
+	st := submissions.NewMemoryStore[W]()
+	return []lane{
+		{submissions.NewWithStore(st, quiet), 0},
+		{submissions.NewWithStore(st, quiet), 0}, // shares the store's marks
+		{submissions.NewWithStore[W](opaque{st}, quiet), 1},
+	}
+}
+
+// rail returns the send function of a Submit of op: nil for SendNil. It
+// calls during first, if not nil: what else happens while the rail works.
+// cancel ends the Submit's context, for SendLate.
+func rail(op Op, cancel context.CancelFunc, during func()) func(context.Context, W) (W, error) {
+	if op.Send == SendNil {
+		return nil
+	}
+	return func(_ context.Context, w W) (W, error) {
+		if during != nil {
+			during()
+		}
+		switch op.Send {
+		case SendFail:
+			return W{}, errRail
+		case SendPanic:
+			panic(railBug)
+		case SendWrong:
+			return Wrong(w), nil
+		case SendLate:
+			cancel()
+		case SendBoth:
+			return Sent(w, op.Key), errRail
+		}
+		return Sent(w, op.Key), nil
+	}
+}
+
+// submit runs a Submit of op on s with send, and says what came back. The
+// rail's panic, raised again by Submit, is SendPanicked; any other panic goes
+// on.
+func submit(ctx context.Context, s *submissions.Submissions[W], op Op, send func(context.Context, W) (W, error)) (res Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			if p != railBug {
+				panic(p)
+			}
+			res, err = Result{Err: SendPanicked}, nil
+		}
+	}()
+	out, err := s.Submit(ctx, op.Key, op.W, send)
+	return submitted(out, err), err
+}
+
+// submitted says what a Submit's return means: the outcome goes with it when
+// it came from the rail (no error, or ErrOutcomeNotRecorded), and must be the
+// zero W otherwise.
+func submitted(out W, err error) Result {
+	res := classify(err)
+	switch {
+	case res.Err == None || res.Err == NotRecorded:
+		res.Outcome = out
+	case out != W{}:
+		res = Result{Err: Unexpected}
+	}
+	return res
+}
+
+// single runs an operation other than Submit.
+func single(s *submissions.Submissions[W], op Op) (res Result, err error) {
+	switch op.Kind {
+	case Resolve:
+		err = s.Resolve(bg, op.Key, op.W)
+	case Release:
+		err = s.Release(bg, op.Key)
+	case Outcome:
+		res.Outcome, res.OK, err = s.Outcome(bg, op.Key)
+	case ClaimedBy:
+		res.Holder, res.OK, err = s.ClaimedBy(bg, op.W.ID)
+	default:
+		panic(fmt.Sprintf("single: %v", op.Kind))
+	}
+	if err != nil {
+		return classify(err), err
+	}
+	return res, nil
+}
+
+// classes are the sentinel errors of the ledger: an error wraps exactly one.
+var classes = []error{
+	submissions.ErrOutcomeNotRecorded, submissions.ErrOutcomeUnknown, submissions.ErrIdempotencyConflict,
+	submissions.ErrSubmissionInFlight, submissions.ErrStoreFailed, submissions.ErrInvalidKey, submissions.ErrInvalidFingerprint,
+}
+
+// classify says what an error means, as Model says it. An error no rule
+// gives is Unexpected, which no model step produces: a store failure, an
+// error of no class or of two, ErrOutcomeUnknown without the rail's error.
+func classify(err error) Result {
+	if err == nil {
+		return Result{}
+	}
+	n := 0
+	for _, class := range classes {
+		if errors.Is(err, class) {
+			n++
+		}
+	}
+	if n != 1 {
+		return Result{Err: Unexpected}
+	}
+	var conflict *submissions.ConflictError
+	switch {
+	case errors.Is(err, submissions.ErrOutcomeNotRecorded) && !errors.Is(err, errRail):
+		return Result{Err: NotRecorded}
+	case errors.Is(err, submissions.ErrOutcomeUnknown) && errors.Is(err, errRail):
+		return Result{Err: OutcomeUnknown}
+	case errors.As(err, &conflict):
+		return Result{Err: Conflict, Holder: conflict.Holder}
+	case errors.Is(err, submissions.ErrIdempotencyConflict):
+		return Result{Err: Idempotency}
+	case errors.Is(err, submissions.ErrSubmissionInFlight):
+		return Result{Err: InFlight}
+	}
+	return Result{Err: Unexpected}
+}
+
+// step is one operation of a sequential run, on lanes[lane]. A Submit's
+// during are the operations its rail makes while it works, each one whole.
+type step struct {
+	op     Op
+	lane   int
+	during []step
+}
+
+// runner runs steps on real ledgers and on a model, one at a time, and stops
+// at the first result that differs.
+type runner struct {
+	lanes  []lane
+	model  Model
+	claims int // the last Op.ClaimID given
+}
+
+// run runs st, and the steps of its rail while its Submit sends, and returns
+// an error that says where the ledger and the model first differ.
+func (r *runner) run(st step) error {
+	l := r.lanes[st.lane]
+	op := st.op
+	op.Ledger = l.marks
+	if op.Kind != Submit {
+		got, err := single(l.s, op)
+		return r.compare(op, got, r.model.Apply(op), err)
+	}
+	r.claims++
+	op.ClaimID = r.claims
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	if op.Send == SendNil { // no rail: one step
+		got, err := submit(ctx, l.s, op, nil)
+		return r.compare(op, got, r.model.Apply(op), err)
+	}
+	claimOp, settleOp := op, op
+	claimOp.Kind, settleOp.Kind = Claim, Settle
+	claimed := r.model.Apply(claimOp)
+	var sent bool
+	var during error
+	got, err := submit(ctx, l.s, op, rail(op, cancel, func() {
+		sent = true
+		if !claimed.Claimed {
+			return // reported below
+		}
+		for _, inner := range st.during {
+			if during = r.run(inner); during != nil {
+				return
+			}
+		}
+	}))
+	switch {
+	case sent != claimed.Claimed:
+		return fmt.Errorf("%s: send called %v; the model answers %s; the ledger answered %s (%v)",
+			describeCall(op), sent, describeResult(claimOp, claimed), describeResult(op, got), err)
+	case during != nil:
+		return fmt.Errorf("while %s sent: %w", describeCall(op), during)
+	case !sent:
+		return r.compare(op, got, claimed, err)
+	}
+	return r.compare(settleOp, got, r.model.Apply(settleOp), err)
+}
+
+func (r *runner) compare(op Op, got, want Result, err error) error {
+	switch {
+	case got.Err == Unexpected:
+		return fmt.Errorf("%s returned an error no rule gives: %v", describeCall(op), err)
+	case got != want:
+		return fmt.Errorf("%s: got %s (%v); want %s", describeCall(op), describeResult(op, got), err, describeResult(op, want))
+	}
+	return nil
+}
+
+// finish compares what every ledger reads of every key and withdrawal in
+// the world with the model.
+func (r *runner) finish() error {
+	for i := range r.lanes {
+		for _, key := range keys {
+			if err := r.run(step{op: Op{Kind: Outcome, Key: key}, lane: i}); err != nil {
+				return fmt.Errorf("at the end: %w", err)
+			}
+		}
+		for _, id := range ids {
+			if err := r.run(step{op: Op{Kind: ClaimedBy, W: W{ID: id}}, lane: i}); err != nil {
+				return fmt.Errorf("at the end: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// The small world the sequential checks draw from: few keys and
+// withdrawals, so that operations meet; amounts and currencies spelled
+// several ways.
+var (
+	keys     = []string{"k1", "k2", "k3", "k4"}
+	ids      = []string{"w1", "w2", "w3"}
+	amounts  = []string{"25.00", "25", "025.0", "26"}
+	currency = []string{"USDC", "usdc", "EUR"}
+	dests    = []string{"d1", "d2"}
+)
+
+// resolution returns the outcome a Resolve of w under key reports, by n: no
+// transaction id, one of another send, or the one a rail gives under key.
+func resolution(w W, key string, n int) W {
+	switch n % 3 {
+	case 1:
+		w.TxHash = "tx-a"
+	case 2:
+		w = Sent(w, key)
+	}
+	return w
+}
+
+func TestClassify(t *testing.T) {
+	wrap := func(errs ...error) error {
+		format := strings.Repeat("%w: ", len(errs)-1) + "%w"
+		args := make([]any, len(errs))
+		for i, e := range errs {
+			args[i] = e
+		}
+		return fmt.Errorf(format, args...)
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want Result
+	}{
+		{"nil", nil, Result{}},
+		{"a conflict names its holder", &submissions.ConflictError{Holder: "k1", Key: "k2", WithdrawalID: "w1"}, Result{Err: Conflict, Holder: "k1"}},
+		{"idempotency", wrap(submissions.ErrIdempotencyConflict), Result{Err: Idempotency}},
+		{"in flight", wrap(submissions.ErrSubmissionInFlight), Result{Err: InFlight}},
+		{"outcome unknown with the rail's error", wrap(submissions.ErrOutcomeUnknown, errRail), Result{Err: OutcomeUnknown}},
+		{"not recorded", wrap(submissions.ErrOutcomeNotRecorded, context.Canceled), Result{Err: NotRecorded}},
+		{"outcome unknown without the rail's error", wrap(submissions.ErrOutcomeUnknown), Result{Err: Unexpected}},
+		{"not recorded with the rail's error", wrap(submissions.ErrOutcomeNotRecorded, errRail), Result{Err: Unexpected}},
+		{"not recorded as a conflict", wrap(submissions.ErrOutcomeNotRecorded, submissions.ErrIdempotencyConflict), Result{Err: Unexpected}},
+		{"not recorded as a store failure", wrap(submissions.ErrOutcomeNotRecorded, submissions.ErrStoreFailed), Result{Err: Unexpected}},
+		{"a store failure", wrap(submissions.ErrStoreFailed, errors.New("connection reset")), Result{Err: Unexpected}},
+		{"an invalid key", wrap(submissions.ErrInvalidKey), Result{Err: Unexpected}},
+		{"no class", context.DeadlineExceeded, Result{Err: Unexpected}},
+	} {
+		assert.Equal(t, tc.want, classify(tc.err), tc.name)
+	}
+	assert.Equal(t, Result{Err: Unexpected}, submitted(w1, wrap(submissions.ErrSubmissionInFlight)), "a refusal that returns an outcome")
+	assert.Equal(t, Result{Err: NotRecorded, Outcome: w1}, submitted(w1, wrap(submissions.ErrOutcomeNotRecorded)))
+}
