@@ -13,16 +13,10 @@ import (
 type guard[R Fingerprinter] struct {
 	Store[R]
 
-	mu       sync.Mutex            // protects claiming and sending
-	claiming map[string]*claimers  // keys in Store.Claim for a send
-	sending  map[claimRef]struct{} // claims being sent
-}
-
-// claimers counts the claims of a key in Store.Claim, and closes done when
-// the last one returns.
-type claimers struct {
-	n    int
-	done chan struct{}
+	mu       sync.Mutex               // protects everything below
+	claiming map[string]int           // keys in Store.Claim for a send, and how many claims of each
+	idle     map[string]chan struct{} // closed when a key's claims have returned; made for a release that waits
+	sending  map[claimRef]struct{}    // claims being sent
 }
 
 // claimRef names one claim.
@@ -32,17 +26,12 @@ type claimRef struct {
 }
 
 func newGuard[R Fingerprinter](st Store[R]) *guard[R] {
-	return &guard[R]{Store: st, claiming: make(map[string]*claimers), sending: make(map[claimRef]struct{})}
+	return &guard[R]{Store: st, claiming: make(map[string]int), idle: make(map[string]chan struct{}), sending: make(map[claimRef]struct{})}
 }
 
 func (g *guard[R]) claimToSend(ctx context.Context, key string, fp Fingerprint, _, _ string) (*Fingerprint, *R, sending[R], error) {
 	g.mu.Lock()
-	c := g.claiming[key]
-	if c == nil {
-		c = &claimers{done: make(chan struct{})}
-		g.claiming[key] = c
-	}
-	c.n++
+	g.claiming[key]++
 	g.mu.Unlock()
 
 	var (
@@ -56,9 +45,12 @@ func (g *guard[R]) claimToSend(ctx context.Context, key string, fp Fingerprint, 
 		if claimed && err == nil {
 			g.sending[claimRef{key, rec.Token}] = struct{}{}
 		}
-		if c.n--; c.n == 0 {
-			close(c.done)
+		if g.claiming[key]--; g.claiming[key] == 0 {
 			delete(g.claiming, key)
+			if idle, ok := g.idle[key]; ok {
+				close(idle)
+				delete(g.idle, key)
+			}
 		}
 	}()
 	rec, claimed, err = g.Store.Claim(ctx, key, fp, nil)
@@ -83,17 +75,22 @@ func (g *guard[R]) releaseIdle(ctx context.Context, key string) (Record[R], bool
 	// see whether the ledger sends it.
 	for {
 		g.mu.Lock()
-		c := g.claiming[key]
-		_, sending := g.sending[claimRef{key, rec.Token}]
-		g.mu.Unlock()
-		if c == nil {
+		if g.claiming[key] == 0 {
+			_, sending := g.sending[claimRef{key, rec.Token}]
+			g.mu.Unlock()
 			if sending {
 				return rec, false, errSending
 			}
 			break
 		}
+		idle, ok := g.idle[key]
+		if !ok {
+			idle = make(chan struct{})
+			g.idle[key] = idle
+		}
+		g.mu.Unlock()
 		select {
-		case <-c.done:
+		case <-idle:
 		case <-ctx.Done():
 			return Record[R]{}, false, ctx.Err()
 		}

@@ -55,6 +55,7 @@ func TestGuardForgetsEveryMark(t *testing.T) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	assert.Empty(t, g.claiming, "keys still being claimed once every call has returned")
+	assert.Empty(t, g.idle, "releases still waiting once every call has returned")
 	assert.Empty(t, g.sending, "claims still being sent once every call has returned")
 }
 

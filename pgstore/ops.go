@@ -18,19 +18,18 @@ const attempts = 3
 
 // Claim implements submissions.Store: one INSERT whose unique constraints
 // decide; the new row's claim_id, drawn from an identity sequence, is the
-// claim's token. A violation on the key constraint means a concurrent claim
-// of the key won, and the claim is read again; a violation on the withdrawal
-// constraint means another key holds the withdrawal, reported as a
-// *submissions.ConflictError naming it. It returns the key's record, token
-// included: new with claimed true, or found with claimed false.
+// claim's token. A violation on the key constraint means the key has a row
+// (a retry, or a concurrent claim that won), which is read and returned; a
+// violation on the withdrawal constraint means another key holds the
+// withdrawal, reported as a *submissions.ConflictError naming it. It returns
+// the key's record, token included: new with claimed true, or found with
+// claimed false.
 //
 // A key this Store has claimed or found before, and not released since, is
 // most likely there still: a retry. For such a key Claim reads the row first,
-// a plain SELECT that costs the database less than the claim statement, and
-// claims only if the row has gone (released through another Store meanwhile,
-// the one case where a fresh submit takes three round trips). What it returns
-// is what the claim statement would have returned; the hint only chooses which
-// statement to try first.
+// a plain SELECT, and inserts only if the row has gone (released through
+// another Store meanwhile). A retry of a key that this Store has not seen
+// costs the INSERT that fails and the read.
 func (s *Store[R]) Claim(ctx context.Context, key string, fp submissions.Fingerprint, outcome *R) (submissions.Record[R], bool, error) {
 	if outcome == nil && s.recent.has(key) {
 		if rec, ok, err := s.Lookup(ctx, key); err != nil || ok {
@@ -46,15 +45,26 @@ func (s *Store[R]) Claim(ctx context.Context, key string, fp submissions.Fingerp
 	}
 	var err error
 	for range attempts {
-		var rec submissions.Record[R]
-		var claimed bool
-		rec, claimed, err = s.claimOnce(ctx, key, fp, encoded)
+		var token int64
+		err = s.translate(s.pool.QueryRow(ctx, s.sql.insert, key, fp.WithdrawalID, fp.Amount, fp.Currency, fp.Destination, encoded).Scan(&token))
 		switch {
 		case err == nil:
 			s.recent.add(key)
-			return rec, claimed, nil
+			rec := submissions.Record[R]{Fingerprint: fp, Done: outcome != nil, Token: submissions.Token(token)}
+			if outcome != nil {
+				rec.Outcome = *outcome
+			}
+			return rec, true, nil
 		case errors.Is(err, errKeyTaken):
-			continue
+			rec, found, lerr := s.Lookup(ctx, key)
+			switch {
+			case lerr != nil:
+				return submissions.Record[R]{}, false, lerr
+			case found:
+				s.recent.add(key)
+				return rec, false, nil
+			}
+			continue // released meanwhile: try again
 		case errors.Is(err, errWithdrawalTaken):
 			rec, found, holder, herr := s.holder(ctx, key, fp.WithdrawalID)
 			switch {
@@ -71,20 +81,6 @@ func (s *Store[R]) Claim(ctx context.Context, key string, fp submissions.Fingerp
 		return submissions.Record[R]{}, false, err
 	}
 	return submissions.Record[R]{}, false, fmt.Errorf("pgstore: claim request key %s: still contended after %d attempts: %w", key, attempts, err)
-}
-
-func (s *Store[R]) claimOnce(ctx context.Context, key string, fp submissions.Fingerprint, encoded []byte) (submissions.Record[R], bool, error) {
-	var (
-		inserted bool
-		row      storedRow
-	)
-	err := s.pool.QueryRow(ctx, s.sql.claim, key, fp.WithdrawalID, fp.Amount, fp.Currency, fp.Destination, encoded).
-		Scan(&inserted, &row.token, &row.fp.WithdrawalID, &row.fp.Amount, &row.fp.Currency, &row.fp.Destination, &row.outcome)
-	if err != nil {
-		return submissions.Record[R]{}, false, s.translate(err)
-	}
-	rec, err := s.record(key, row)
-	return rec, inserted, err
 }
 
 // holder reads key's record, if it has one, and otherwise the key that holds

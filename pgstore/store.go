@@ -17,11 +17,11 @@
 // was taken; a violation is never swallowed. Each row carries the claim's
 // token, an identity column that no earlier claim of the key had, and an
 // outcome is written and a claim released only on the row of that token. A
-// fresh submit costs two round trips (claim, then outcome), a replay one: a
-// plain SELECT on an instance that has seen the key, the claim statement
-// elsewhere. The SQL is plain INSERT, SELECT, UPDATE and DELETE over unique
-// constraints, with one common table expression; Migrate alone uses an
-// advisory lock.
+// fresh submit costs two round trips (claim, then outcome); a replay one, a
+// plain SELECT, on an instance that has seen the key, and two elsewhere (the
+// INSERT that fails, then the SELECT). The SQL is plain INSERT, SELECT,
+// UPDATE and DELETE over unique constraints; Migrate alone uses an advisory
+// lock.
 //
 // The table holds every key, withdrawal id, destination and amount the
 // ledger accepts, up to its limits (submissions.MaxKeyLen and the others), on
@@ -64,8 +64,8 @@ type Store[R submissions.Fingerprinter] struct {
 
 // statements are the store's SQL, for its table.
 type statements struct {
-	claim, lookup, claimedBy, settle, release, holder string
-	lock, upToDate                                    string // Migrate's
+	insert, lookup, claimedBy, settle, release, holder string
+	lock, upToDate                                     string // Migrate's
 }
 
 // A Codec turns outcomes into bytes and back. Two outcomes are the same to
@@ -203,20 +203,11 @@ func sqlFor(n names) statements {
 	const fpCols = "withdrawal_id, amount, currency, destination"
 	table := n.table
 	return statements{
-		// One round trip: the key's row if it has one, else the new row. The
-		// NOT EXISTS spares a replay a failed INSERT; it decides nothing: two
-		// claims racing past it meet at the unique constraints.
-		claim: `WITH existing AS (
-	SELECT ` + cols + ` FROM ` + table + ` WHERE tenant = '' AND request_key = $1
-), inserted AS (
-	INSERT INTO ` + table + ` (request_key, ` + fpCols + `, outcome, settled_at)
-	SELECT $1, $2, $3, $4, $5, $6::bytea, CASE WHEN $6::bytea IS NULL THEN NULL ELSE now() END
-	WHERE NOT EXISTS (SELECT 1 FROM existing)
-	RETURNING ` + cols + `
-)
-SELECT true, ` + cols + ` FROM inserted
-UNION ALL
-SELECT false, ` + cols + ` FROM existing`,
+		// The claim: the unique constraints decide, and the row's token
+		// comes back.
+		insert: `INSERT INTO ` + table + ` (request_key, ` + fpCols + `, outcome, settled_at)
+VALUES ($1, $2, $3, $4, $5, $6::bytea, CASE WHEN $6::bytea IS NULL THEN NULL ELSE now() END)
+RETURNING claim_id`,
 		lookup:    `SELECT ` + cols + ` FROM ` + table + ` WHERE tenant = '' AND request_key = $1`,
 		claimedBy: `SELECT request_key FROM ` + table + ` WHERE tenant = '' AND withdrawal_id = $1`,
 		// After a claim lost on the withdrawal: the key's row and the
