@@ -91,9 +91,10 @@ func inFlight(key string) error {
 	return fmt.Errorf("%w: request key %s", ErrSubmissionInFlight, key)
 }
 
-// storeFailed is the error of a store call that failed: cause, unless it is
-// the *ConflictError a claim answers with.
-func storeFailed(key, call string, cause error) error {
+// fromStore is the error of a store call that returned cause: the
+// *ConflictError a claim answers with, as it is, and any other an
+// ErrStoreFailed.
+func fromStore(key, call string, cause error) error {
 	if ce, ok := errors.AsType[*ConflictError](cause); ok {
 		return ce
 	}

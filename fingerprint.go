@@ -158,8 +158,6 @@ func textProblem(s string, limit int) string {
 func plainASCII(s string) bool {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
 	n := len(s)
-	// A mutant of < to <= here is equivalent: eight bytes checked one by one
-	// or as a word give the same answer.
 	if n < 8 {
 		for i := 0; i < n; i++ {
 			if b := s[i]; b == 0 || b >= utf8.RuneSelf {
@@ -172,8 +170,6 @@ func plainASCII(s string) bool {
 	// borrows into its high bit), leaves a high bit set in seen. The last
 	// word overlaps the one before it unless n is a multiple of 8.
 	var seen uint64
-	// A mutant of < to <= here is equivalent: when n is a multiple of 8 the
-	// last word is checked twice.
 	for i := 0; i < n-8; i += 8 {
 		x := word(s, i)
 		seen |= x | (x - ones)
@@ -199,8 +195,6 @@ func canonicalAmount(a string) (string, bool) {
 	if len(a) > MaxAmountLen {
 		return "", false
 	}
-	// A mutant of end's -1 is equivalent: end is set with first, and read
-	// only once first is set.
 	dot, first, end := -1, -1, -1 // the point; the first non-zero digit; past the last one
 	for i := 0; i < len(a); i++ {
 		c := a[i]
@@ -222,14 +216,10 @@ func canonicalAmount(a string) (string, bool) {
 		return "", false
 	case dot < 0: // an integer keeps its trailing zeros
 		return a[first:], true
-	// A mutant of <= to < here is equivalent: when end == dot, end = dot
-	// changes nothing.
 	case end <= dot: // the fraction is all zeros: drop it and the point
 		end = dot
 	}
 	switch {
-	// A mutant of < to <= here is equivalent: first is the index of a digit
-	// and dot that of the point, never the same.
 	case first < dot:
 		return a[first:end], true
 	case dot > 0: // "00.5": keep the zero just before the point
@@ -263,9 +253,7 @@ func canonicalCurrency(c string) (string, bool) {
 // validKey trims key and checks it against the rules of ErrInvalidKey.
 func validKey(key string) (string, error) {
 	// Most keys have nothing to trim: ASCII white space is at most ' ', and
-	// Unicode's other spaces start and end with bytes of at least RuneSelf. A
-	// mutant of the first >= to > is equivalent: no rune starts with the byte
-	// RuneSelf (0x80), so such a key has nothing to trim either way.
+	// Unicode's other spaces start and end with bytes of at least RuneSelf.
 	if n := len(key); n == 0 || key[0] <= ' ' || key[0] >= utf8.RuneSelf || key[n-1] <= ' ' || key[n-1] >= utf8.RuneSelf {
 		key = strings.TrimSpace(key)
 	}

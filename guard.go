@@ -2,21 +2,29 @@ package submissions
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
 	"sync"
 )
 
 // guard makes a backend of any Store. It keeps, in the ledger's memory, the
-// keys the ledger is claiming and the claims it is sending, and releases a
-// claim only when it is none of them. The Store's calls run outside g.mu, so
-// a slow one holds up only its own caller, and no call waits for another
-// except a release, for a claim of the same key (ending when its ctx does).
+// claims of keys it has asked the store for and the claims it is sending,
+// and releases a claim only when it is none of them. The Store's calls run
+// outside g.mu, so a slow one holds up only its own caller, and no call waits
+// for another except a release, for the claims of its key that were in the
+// store when it looked (ending when its ctx does).
 type guard[R Fingerprinter] struct {
 	Store[R]
 
-	mu       sync.Mutex               // protects everything below
-	claiming map[string]int           // keys in Store.Claim for a send, and how many claims of each
-	idle     map[string]chan struct{} // closed when a key's claims have returned; made for a release that waits
-	sending  map[claimRef]struct{}    // claims being sent
+	mu       sync.Mutex             // protects everything below, and every claiming
+	claiming map[string][]*claiming // keys in Store.Claim for a send, each claim of them
+	sending  map[claimRef]struct{}  // claims being sent
+}
+
+// claiming is one Store.Claim of a key for a send, until it returns.
+type claiming struct {
+	returned chan struct{} // closed when it returns; made by a release that waits for it
 }
 
 // claimRef names one claim.
@@ -25,13 +33,17 @@ type claimRef struct {
 	token Token
 }
 
+// errWaitEnded is releaseIdle's error when its ctx ends while it waits.
+var errWaitEnded = errors.New("waited for a claim of the key")
+
 func newGuard[R Fingerprinter](st Store[R]) *guard[R] {
-	return &guard[R]{Store: st, claiming: make(map[string]int), idle: make(map[string]chan struct{}), sending: make(map[claimRef]struct{})}
+	return &guard[R]{Store: st, claiming: make(map[string][]*claiming), sending: make(map[claimRef]struct{})}
 }
 
 func (g *guard[R]) claimToSend(ctx context.Context, key string, fp Fingerprint, _, _ string) (*Fingerprint, *R, sending[R], error) {
+	c := &claiming{}
 	g.mu.Lock()
-	g.claiming[key]++
+	g.claiming[key] = append(g.claiming[key], c)
 	g.mu.Unlock()
 
 	var (
@@ -45,12 +57,13 @@ func (g *guard[R]) claimToSend(ctx context.Context, key string, fp Fingerprint, 
 		if claimed && err == nil {
 			g.sending[claimRef{key, rec.Token}] = struct{}{}
 		}
-		if g.claiming[key]--; g.claiming[key] == 0 {
+		if rest := slices.DeleteFunc(g.claiming[key], func(o *claiming) bool { return o == c }); len(rest) > 0 {
+			g.claiming[key] = rest
+		} else {
 			delete(g.claiming, key)
-			if idle, ok := g.idle[key]; ok {
-				close(idle)
-				delete(g.idle, key)
-			}
+		}
+		if c.returned != nil {
+			close(c.returned)
 		}
 	}()
 	rec, claimed, err = g.Store.Claim(ctx, key, fp, nil)
@@ -71,29 +84,30 @@ func (g *guard[R]) releaseIdle(ctx context.Context, key string) (Record[R], bool
 		return rec, false, err
 	}
 	// The claim may be one that a Store.Claim of this ledger made and has
-	// not returned yet: wait until no claim of the key is in the store, then
-	// see whether the ledger sends it.
-	for {
-		g.mu.Lock()
-		if g.claiming[key] == 0 {
-			_, sending := g.sending[claimRef{key, rec.Token}]
-			g.mu.Unlock()
-			if sending {
-				return rec, false, errSending
-			}
-			break
+	// not returned yet. Such a claim was in the store when the lookup
+	// returned: wait for those to return (a claim made later cannot have
+	// made the claim looked at), then see whether the ledger sends it.
+	g.mu.Lock()
+	var waits []chan struct{}
+	for _, c := range g.claiming[key] {
+		if c.returned == nil {
+			c.returned = make(chan struct{})
 		}
-		idle, ok := g.idle[key]
-		if !ok {
-			idle = make(chan struct{})
-			g.idle[key] = idle
-		}
-		g.mu.Unlock()
+		waits = append(waits, c.returned)
+	}
+	g.mu.Unlock()
+	for _, returned := range waits {
 		select {
-		case <-idle:
+		case <-returned:
 		case <-ctx.Done():
-			return Record[R]{}, false, ctx.Err()
+			return Record[R]{}, false, fmt.Errorf("%w: %w", errWaitEnded, ctx.Err())
 		}
+	}
+	g.mu.Lock()
+	_, sending := g.sending[claimRef{key, rec.Token}]
+	g.mu.Unlock()
+	if sending {
+		return rec, false, errSending
 	}
 	// No claim of this ledger can make the claim looked at: it stands until
 	// it is released, and Release frees no other.

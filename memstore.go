@@ -39,11 +39,16 @@ func NewMemoryStore[R Fingerprinter]() Store[R] {
 	return &memStore[R]{}
 }
 
-// record returns e as a Record. The caller holds the lock.
+// record returns e as a Record, its amount and currency in canonical form.
+// The caller holds the lock.
 func (e *entry[R]) record() Record[R] {
 	fp := e.fp
-	fp.Amount, _ = canonicalAmount(fp.Amount)
-	fp.Currency, _ = canonicalCurrency(fp.Currency)
+	if amount, ok := canonicalAmount(fp.Amount); ok {
+		fp.Amount = amount
+	}
+	if currency, ok := canonicalCurrency(fp.Currency); ok {
+		fp.Currency = currency
+	}
 	return Record[R]{Fingerprint: fp, Outcome: e.outcome, Done: e.done, Token: e.token}
 }
 
@@ -104,7 +109,7 @@ func (m *memStore[R]) claim(key string, fp *Fingerprint, amount, currency string
 	if err := m.claims.claim(fp.WithdrawalID, key); err != nil {
 		return nil, err
 	}
-	m.tokens++ // a mutant to -- is equivalent: the tokens count down from the top, each new and not zero
+	m.tokens++
 	e := &entry[R]{store: m, fp: *fp, token: m.tokens}
 	if amount[0] != '.' {
 		e.fp.Amount = amount
@@ -122,14 +127,11 @@ func (m *memStore[R]) Settle(_ context.Context, key string, token Token, outcome
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e, ok := m.keys[key]
-	switch {
-	case !ok || e.token != token:
+	if !ok || e.token != token {
 		return Record[R]{}, false, nil
-	case e.done:
-		return e.record(), false, nil
 	}
-	e.outcome, e.done = outcome, true
-	return e.record(), true, nil
+	settled := e.settleOnce(outcome)
+	return e.record(), settled, nil
 }
 
 func (e *entry[R]) settle(_ context.Context, outcome R) (*R, bool, error) {
@@ -139,11 +141,20 @@ func (e *entry[R]) settle(_ context.Context, outcome R) (*R, bool, error) {
 	switch {
 	case e.released:
 		return nil, false, nil
-	case e.done: // resolved meanwhile: never changes again
+	case !e.settleOnce(outcome): // resolved meanwhile: never changes again
 		return &e.outcome, false, nil
 	}
-	e.outcome, e.done = outcome, true
 	return nil, true, nil
+}
+
+// settleOnce records outcome on e unless e has one, and reports whether it
+// did. The caller holds the lock.
+func (e *entry[R]) settleOnce(outcome R) bool {
+	if e.done {
+		return false
+	}
+	e.outcome, e.done = outcome, true
+	return true
 }
 
 func (e *entry[R]) abandon() {

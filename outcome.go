@@ -16,13 +16,18 @@ func nilable[R any]() bool {
 	return false
 }
 
-// isNil reports whether v, of a type R for which nilable is true, is nil: a
+// isNil reports whether v, of a type R for which nilable is true, is nil, or
+// an interface holding a nil pointer, map, slice, channel or function: a
 // value whose Fingerprint method may panic, and no outcome.
 func isNil[R any](v R) bool {
-	if reflect.TypeFor[R]().Kind() == reflect.Interface {
-		return any(v) == nil
+	if any(v) == nil {
+		return true
 	}
-	return reflect.ValueOf(any(v)).IsNil()
+	switch rv := reflect.ValueOf(any(v)); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.UnsafePointer:
+		return rv.IsNil()
+	}
+	return false
 }
 
 // sameOutcome reports whether a and b are the same outcome: their

@@ -81,7 +81,8 @@ func errNilRequest(v any) error {
 // ErrStoreFailed. After send: ErrOutcomeUnknown with the zero R when send
 // gave no answer (a panic goes on with its own value), or the answer with
 // ErrOutcomeNotRecorded when it could not be recorded. Either way the key
-// stays claimed until Resolve or Release closes it.
+// stays claimed, unless it was released or resolved while send ran, until
+// Resolve or Release closes it.
 func (s *Submissions[R]) Submit(ctx context.Context, key string, req R,
 	send func(ctx context.Context, req R) (R, error)) (R, error) {
 	var zero R
@@ -110,9 +111,9 @@ func (s *Submissions[R]) Submit(ctx context.Context, key string, req R,
 	held, outcome, sending, err := be.claimToSend(ctx, key, fp, given.Amount, given.Currency)
 	switch {
 	case err != nil:
-		return zero, storeFailed(key, "claim", err)
+		return zero, fromStore(key, "claim", err)
 	case sending != nil:
-		return s.send(ctx, sending, key, &fp, &given, &req, send)
+		return s.sendAndRecord(ctx, sending, key, &fp, &given, &req, send)
 	case differing(&fp, held) != 0:
 		return zero, keyTaken(key)
 	case outcome == nil:
@@ -122,16 +123,19 @@ func (s *Submissions[R]) Submit(ctx context.Context, key string, req R,
 	return *outcome, nil
 }
 
-// send runs send for the claim sending and ends it: with the answer, or with
-// none, the key left claimed.
-func (s *Submissions[R]) send(ctx context.Context, sending sending[R], key string, fp, given *Fingerprint, req *R,
+// sendAndRecord calls send for the claim sending, and ends the claim's
+// send: with the answer recorded, or with none, the key left claimed.
+func (s *Submissions[R]) sendAndRecord(ctx context.Context, sending sending[R], key string, fp, given *Fingerprint, req *R,
 	send func(ctx context.Context, req R) (R, error)) (R, error) {
 	var zero R
-	stage := "send did not return" // what the deferred call logs if this function panics
+	// If this function does not return (send, the answer's Fingerprint or
+	// the store panicked, or send exited its goroutine), the claim's send
+	// ends with no outcome, and the log says what was under way.
+	ended, under := false, "send did not return"
 	defer func() {
-		if stage != "" {
+		if !ended {
 			sending.abandon()
-			s.note(ctx, slog.LevelWarn, "outcome unknown: "+stage, key, fp.WithdrawalID, nil)
+			s.note(ctx, slog.LevelWarn, "outcome unknown: "+under, key, fp.WithdrawalID, nil)
 		}
 	}()
 	out, err := *req, error(nil)
@@ -142,7 +146,7 @@ func (s *Submissions[R]) send(ctx context.Context, sending sending[R], key strin
 		err = errNilAnswer
 	}
 	if err != nil {
-		stage = ""
+		ended = true
 		sending.abandon()
 		err = fmt.Errorf("%w: request key %s: %w", ErrOutcomeUnknown, key, err)
 		s.note(ctx, slog.LevelWarn, "outcome unknown", key, fp.WithdrawalID, err)
@@ -153,7 +157,7 @@ func (s *Submissions[R]) send(ctx context.Context, sending sending[R], key strin
 	// and came while the caller still waited.
 	var why error
 	fields := 0
-	stage = "the answer's Fingerprint panicked"
+	under = "the answer's Fingerprint panicked"
 	if got := out.Fingerprint(); got != *given { // an answer that repeats the request's fingerprint is its withdrawal
 		fields = differing(fp, &got)
 	}
@@ -167,13 +171,13 @@ func (s *Submissions[R]) send(ctx context.Context, sending sending[R], key strin
 	}
 	var standing *R
 	var settled bool
-	stage = "the store panicked while recording the answer"
+	under = "the store panicked while recording the answer"
 	if why != nil {
 		sending.abandon()
 	} else {
 		standing, settled, err = sending.settle(ctx, out)
 	}
-	stage = ""
+	ended = true
 	switch {
 	case why != nil:
 	case err != nil:
@@ -207,7 +211,9 @@ var errNilAnswer = errors.New("send answered nil")
 // already; ErrIdempotencyConflict when the key has another outcome or
 // withdrawal, or, for an unknown key, when another key claims the withdrawal
 // (a *ConflictError); and otherwise the refusals of Submit before its claim.
-// An unknown key is recorded with the outcome and claims the withdrawal.
+// An unknown key is recorded with the outcome and claims the withdrawal. A
+// key released while Resolve ran gets ErrSubmissionInFlight, nothing
+// recorded; a Resolve again finds it unknown, or claimed anew.
 //
 // Two outcomes are the same when their encoding/json encodings hold equal
 // JSON values (see the README).
@@ -230,7 +236,7 @@ func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) err
 	rec, claimed, err := be.Claim(ctx, key, fp, &outcome)
 	switch {
 	case err != nil:
-		return storeFailed(key, "record", err)
+		return fromStore(key, "record", err)
 	case claimed:
 		s.note(ctx, slog.LevelInfo, "submission resolved", key, fp.WithdrawalID, nil)
 		return nil
@@ -239,7 +245,7 @@ func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) err
 	case !rec.Done:
 		var settled bool
 		if rec, settled, err = be.Settle(ctx, key, rec.Token, outcome); err != nil {
-			return storeFailed(key, "record", err)
+			return fromStore(key, "record", err)
 		}
 		if settled {
 			s.note(ctx, slog.LevelInfo, "submission resolved", key, fp.WithdrawalID, nil)
@@ -261,9 +267,11 @@ func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) err
 
 // Release drops a key whose send ended without an outcome: "I looked at the
 // rail, nothing was sent". The withdrawal is free again, for this key or
-// another. It returns nil, also for an unknown key;
-// ErrIdempotencyConflict when the key has an outcome; ErrSubmissionInFlight
-// while this ledger is running the key's send.
+// another. It returns nil, also for an unknown key; ErrIdempotencyConflict
+// when the key has an outcome; ErrSubmissionInFlight while this ledger is
+// running the key's send; ctx's error when ctx ends while it waits for this
+// ledger's claim of the key to come back from the store; ErrStoreFailed when
+// the store fails (the release may or may not stand: Release again to know).
 func (s *Submissions[R]) Release(ctx context.Context, key string) error {
 	key, err := validKey(key)
 	if err != nil {
@@ -276,10 +284,10 @@ func (s *Submissions[R]) Release(ctx context.Context, key string) error {
 	switch {
 	case errors.Is(err, errSending):
 		return inFlight(key)
-	case err != nil && err == ctx.Err(): // it waited for a claim of the key
-		return err
+	case errors.Is(err, errWaitEnded):
+		return fmt.Errorf("request key %s: %w", key, err)
 	case err != nil:
-		return storeFailed(key, "release", err)
+		return fromStore(key, "release", err)
 	case released:
 		s.note(ctx, slog.LevelInfo, "submission released", key, rec.Fingerprint.WithdrawalID, nil)
 	case rec.Done:
@@ -301,7 +309,7 @@ func (s *Submissions[R]) Outcome(ctx context.Context, key string) (outcome R, ok
 	rec, found, err := s.backend().Lookup(ctx, key)
 	switch {
 	case err != nil:
-		return outcome, false, storeFailed(key, "lookup", err)
+		return outcome, false, fromStore(key, "lookup", err)
 	case !found || !rec.Done:
 		return outcome, false, nil
 	}

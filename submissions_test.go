@@ -161,6 +161,12 @@ func TestNilInterfaceIsNoRequest(t *testing.T) {
 			out, err := s.Submit(bg, "req-2", &payout{ID: "w-2"}, func(context.Context, account) (account, error) { return nil, nil })
 			require.ErrorIs(t, err, submissions.ErrOutcomeUnknown)
 			require.Nil(t, out)
+			// An interface holding a nil pointer is no request or answer either.
+			_, err = s.Submit(bg, "req-3", (*payout)(nil), nil)
+			require.ErrorIs(t, err, submissions.ErrInvalidFingerprint)
+			require.ErrorIs(t, s.Resolve(bg, "req-3", (*payout)(nil)), submissions.ErrInvalidFingerprint)
+			_, err = s.Submit(bg, "req-4", &payout{ID: "w-4"}, func(context.Context, account) (account, error) { return (*payout)(nil), nil })
+			require.ErrorIs(t, err, submissions.ErrOutcomeUnknown)
 		})
 	}
 }

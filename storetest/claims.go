@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -54,10 +55,12 @@ func testStoreClaimsOnceAndRefusesASecondKey(t *testing.T, newStore Factory) {
 	require.False(t, found, "the loser leaves no trace")
 
 	found2 := newWithdrawal("w-2").sent("0xfound")
-	rec2, claimed, err := st.Claim(bg, "req-3", found2.Fingerprint(), &found2)
+	fp2 := submissions.Fingerprint{WithdrawalID: "w-2", Amount: "25", Currency: "USDC", Destination: "0xabc"}
+	rec2, claimed, err := st.Claim(bg, "req-3", fp2, &found2)
 	require.NoError(t, err)
 	require.True(t, claimed)
 	require.True(t, rec2.Done, "a claim with an outcome is done")
+	require.Equal(t, fp2, rec2.Fingerprint)
 	require.Equal(t, found2, rec2.Outcome)
 	require.NotEqual(t, rec.Token, rec2.Token)
 
@@ -181,24 +184,28 @@ func testAnswerAfterAReleaseIsNotRecorded(t *testing.T, newStore Factory) {
 // stands, and a rail that answers otherwise gets its answer back unrecorded.
 func testAnswerAfterAResolveStandsOnlyIfTheSame(t *testing.T, newStore Factory) {
 	for _, agree := range []bool{true, false} {
-		f := setUp(t, newStore)
-		elsewhere := f.elsewhere()
-		resolved := f.w.sent("0xfound")
-		out, err := f.s.Submit(bg, "req-1", f.w, func(ctx context.Context, req Withdrawal) (Withdrawal, error) {
-			require.NoError(t, elsewhere.Resolve(ctx, "req-1", resolved), "Resolve on another instance")
-			if agree {
-				return resolved, nil
-			}
-			return req.sent("0xrail"), nil
-		})
-		if agree {
-			require.NoError(t, err)
-			require.Equal(t, resolved, out)
-		} else {
-			require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
-			require.NotErrorIs(t, err, submissions.ErrIdempotencyConflict)
-			require.Equal(t, f.w.sent("0xrail"), out)
-		}
-		requireOutcome(t, f.s, "req-1", resolved, true)
+		t.Run(fmt.Sprint("the rail agrees ", agree), func(t *testing.T) { answerAfterAResolve(t, newStore, agree) })
 	}
+}
+
+func answerAfterAResolve(t *testing.T, newStore Factory, agree bool) {
+	f := setUp(t, newStore)
+	elsewhere := f.elsewhere()
+	resolved := f.w.sent("0xfound")
+	out, err := f.s.Submit(bg, "req-1", f.w, func(ctx context.Context, req Withdrawal) (Withdrawal, error) {
+		require.NoError(t, elsewhere.Resolve(ctx, "req-1", resolved), "Resolve on another instance")
+		if agree {
+			return resolved, nil
+		}
+		return req.sent("0xrail"), nil
+	})
+	if agree {
+		require.NoError(t, err)
+		require.Equal(t, resolved, out)
+	} else {
+		require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
+		require.NotErrorIs(t, err, submissions.ErrIdempotencyConflict)
+		require.Equal(t, f.w.sent("0xrail"), out)
+	}
+	requireOutcome(t, f.s, "req-1", resolved, true)
 }

@@ -20,6 +20,7 @@ var failureTests = []test{
 	{"AnswerIsNotRecordedWhenTheStoreFails", testAnswerIsNotRecordedWhenTheStoreFails},
 	{"StorePanicLeavesTheLedgerWhole", testStorePanicLeavesTheLedgerWhole},
 	{"ReleaseWaitsForAClaimUntilItsContextEnds", testReleaseWaitsForAClaimUntilItsContextEnds},
+	{"ReleaseIsNotHeldUpByRetries", testReleaseIsNotHeldUpByRetries},
 	{"SubmitDoesNotWaitForARelease", testSubmitDoesNotWaitForARelease},
 	{"ReleaseAfterTheOutcomeIsRecordedIsAConflict", testReleaseAfterTheOutcomeIsRecordedIsAConflict},
 }
@@ -152,7 +153,7 @@ func testAnswerIsNotRecordedWhenTheStoreFails(t *testing.T, newStore Factory) {
 // during a running send of the key, and a second key still cannot claim the
 // withdrawal.
 func testStorePanicLeavesTheLedgerWhole(t *testing.T, newStore Factory) {
-	for _, call := range []string{"Claim", "Settle", "Lookup", "Release"} {
+	for call, req1Done := range map[string]bool{"Claim": false, "Settle": false, "Lookup": true, "Release": true} {
 		t.Run(call, func(t *testing.T) {
 			var once sync.Once
 			f := setUpOn(t, &hooked{Store: newStore(t), before: func(c string) error {
@@ -166,9 +167,17 @@ func testStorePanicLeavesTheLedgerWhole(t *testing.T, newStore Factory) {
 				_, _ = f.s.Submit(bg, "req-1", f.w, f.rail.send)
 				_ = f.s.Release(bg, "req-0")
 			})
-			// Whatever the panic left, an operator closes it.
-			_ = f.s.Release(bg, "req-1")
-			_ = f.s.Release(bg, "req-0")
+			// What the panic left in flight, nobody sends any more: an
+			// operator releases it (the Release of a key with an outcome
+			// is refused as ever).
+			if req1Done {
+				requireRefusal(t, f.s.Release(bg, "req-1"), submissions.ErrIdempotencyConflict)
+			} else {
+				require.NoError(t, f.s.Release(bg, "req-1"), "Release of the key whose Submit panicked")
+				requireHolder(t, f.s, "w-1", "")
+			}
+			require.NoError(t, f.s.Release(bg, "req-0"), "Release of the key stranded before the panic")
+			requireHolder(t, f.s, "w-0", "")
 
 			started, finish := make(chan struct{}), make(chan struct{})
 			done := make(chan error)
@@ -220,6 +229,8 @@ func testReleaseWaitsForAClaimUntilItsContextEnds(t *testing.T, newStore Factory
 	require.ErrorIs(t, err, context.DeadlineExceeded, "the wait ends with the context")
 	require.NotErrorIs(t, err, submissions.ErrSubmissionInFlight)
 
+	// A negative check, best effort: the Release has not answered after a
+	// while; the refusal below shows it waited for the claim's reply.
 	released := make(chan error)
 	go func() { released <- f.s.Release(bg, "req-1") }()
 	select {
@@ -234,6 +245,40 @@ func testReleaseWaitsForAClaimUntilItsContextEnds(t *testing.T, newStore Factory
 	require.NoError(t, <-submitted)
 	f.rail.requireSends(t, 1)
 	requireOutcome(t, f.s, "req-1", f.w.sent("0xtx-w-1"), true)
+}
+
+// testReleaseIsNotHeldUpByRetries: an operator releases a stuck key while
+// clients keep retrying it through the same ledger, their claims of the key
+// overlapping in the store. The release waits only for the claims that were
+// in the store when it looked, and so answers long before its deadline.
+func testReleaseIsNotHeldUpByRetries(t *testing.T, newStore Factory) {
+	f := setUpOn(t, &hooked{Store: newStore(t), after: func(call string) {
+		if call == "Claim" {
+			time.Sleep(2 * time.Millisecond) // a store's round trip
+		}
+	}})
+	strand(t, f.s, "req-1", f.w)
+	stop := make(chan struct{})
+	var retries sync.WaitGroup
+	for range 4 {
+		retries.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, _ = f.s.Submit(bg, "req-1", newWithdrawal("w-other"), failing) // refused: the key is w-1's
+			}
+		})
+	}
+	ctx, cancel := context.WithTimeout(bg, time.Second)
+	defer cancel()
+	time.Sleep(10 * time.Millisecond) // the retries are under way
+	err := f.s.Release(ctx, "req-1")
+	close(stop)
+	retries.Wait()
+	require.NoError(t, err, "Release while the key's retries run")
 }
 
 // testSubmitDoesNotWaitForARelease: a Submit of a key that the same ledger

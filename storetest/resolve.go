@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 
@@ -67,25 +68,29 @@ func testResolveOfASentKey(t *testing.T, newStore Factory) {
 // otherwise has its answer returned, unrecorded.
 func testResolveDuringTheSend(t *testing.T, newStore Factory) {
 	for _, agree := range []bool{true, false} {
-		f := setUp(t, newStore)
-		resolved := f.w.sent("0xfound")
-		out, err := f.s.Submit(bg, "req-1", f.w, func(_ context.Context, req Withdrawal) (Withdrawal, error) {
-			require.NoError(t, f.s.Resolve(bg, "req-1", resolved), "Resolve during the send")
-			if agree {
-				return resolved, nil
-			}
-			return req.sent("0xrail"), nil
-		})
-		if agree {
-			require.NoError(t, err)
-			require.Equal(t, resolved, out)
-		} else {
-			require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
-			require.NotErrorIs(t, err, submissions.ErrIdempotencyConflict)
-			require.Equal(t, f.w.sent("0xrail"), out, "the rail's answer comes back")
-		}
-		requireOutcome(t, f.s, "req-1", resolved, true)
+		t.Run(fmt.Sprint("the rail agrees ", agree), func(t *testing.T) { resolveDuringTheSend(t, newStore, agree) })
 	}
+}
+
+func resolveDuringTheSend(t *testing.T, newStore Factory, agree bool) {
+	f := setUp(t, newStore)
+	resolved := f.w.sent("0xfound")
+	out, err := f.s.Submit(bg, "req-1", f.w, func(_ context.Context, req Withdrawal) (Withdrawal, error) {
+		require.NoError(t, f.s.Resolve(bg, "req-1", resolved), "Resolve during the send")
+		if agree {
+			return resolved, nil
+		}
+		return req.sent("0xrail"), nil
+	})
+	if agree {
+		require.NoError(t, err)
+		require.Equal(t, resolved, out)
+	} else {
+		require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
+		require.NotErrorIs(t, err, submissions.ErrIdempotencyConflict)
+		require.Equal(t, f.w.sent("0xrail"), out, "the rail's answer comes back")
+	}
+	requireOutcome(t, f.s, "req-1", resolved, true)
 }
 
 func testResolveUnderAFreshKey(t *testing.T, newStore Factory) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -149,4 +150,22 @@ func FuzzText(f *testing.F) {
 		plain := !strings.ContainsFunc(s, func(r rune) bool { return r == 0 || r >= utf8.RuneSelf })
 		require.Equal(t, plain, plainASCII(s), "plainASCII(%q)", s)
 	})
+}
+
+func TestDifferingNamesTheFields(t *testing.T) {
+	want := Fingerprint{WithdrawalID: "w-1", Amount: "25", Currency: "USDC", Destination: "d"}
+	for _, c := range []struct {
+		got    Fingerprint
+		fields string
+	}{
+		{Fingerprint{WithdrawalID: "w-1", Amount: "25.00", Currency: "usdc", Destination: "d"}, ""},
+		{Fingerprint{WithdrawalID: "w-2", Amount: "25", Currency: "USDC", Destination: "d"}, "WithdrawalID"},
+		{Fingerprint{WithdrawalID: "w-1", Amount: "2.5", Currency: "USDC", Destination: "d"}, "Amount"},
+		{Fingerprint{WithdrawalID: "w-1", Amount: "", Currency: "USDC", Destination: "d"}, "Amount"},
+		{Fingerprint{WithdrawalID: "w-1", Amount: "25", Currency: "US-C", Destination: "d"}, "Currency"},
+		{Fingerprint{WithdrawalID: "w-1", Amount: "25", Currency: "USDC", Destination: "D"}, "Destination"},
+		{Fingerprint{}, "WithdrawalID, Amount, Currency, Destination"},
+	} {
+		assert.Equal(t, c.fields, fieldNames(differing(&want, &c.got)), "%+v", c.got)
+	}
 }
