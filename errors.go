@@ -40,10 +40,11 @@ var (
 	// was sent), and a Resolve or Release retried tells which.
 	ErrStoreFailed = errors.New("store failed")
 
-	// ErrOutcomeUnknown: send ended without an answer (an error, a panic, a
-	// nil answer), so the money may have moved. The key stays claimed: do not
-	// retry under a new key; an operator looks at the rail, then calls
-	// Resolve with what was sent, or Release if nothing was.
+	// ErrOutcomeUnknown: send ended without an answer (an error, or a nil
+	// answer; a send that panics panics on, with the same meaning), so the
+	// money may have moved. The key stays claimed: do not retry under a new
+	// key; an operator looks at the rail, then calls Resolve with what was
+	// sent, or Release if nothing was.
 	ErrOutcomeUnknown = errors.New("outcome unknown")
 
 	// ErrOutcomeNotRecorded: send answered, Submit returns the answer with
