@@ -9,9 +9,15 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/idemledger/submissions"
 )
+
+// TestMain checks that no test of the package leaves a goroutine behind.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
 
 // The concurrency tests of every store are storetest's; these are the two
 // that matter most, on their own, for the ledgers of this package: many

@@ -2,7 +2,6 @@ package storetest
 
 import (
 	"context"
-	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -183,29 +182,5 @@ func testAnswerAfterAReleaseIsNotRecorded(t *testing.T, newStore Factory) {
 // instance resolves the key while its send runs; the resolved outcome
 // stands, and a rail that answers otherwise gets its answer back unrecorded.
 func testAnswerAfterAResolveStandsOnlyIfTheSame(t *testing.T, newStore Factory) {
-	for _, agree := range []bool{true, false} {
-		t.Run(fmt.Sprint("the rail agrees ", agree), func(t *testing.T) { answerAfterAResolve(t, newStore, agree) })
-	}
-}
-
-func answerAfterAResolve(t *testing.T, newStore Factory, agree bool) {
-	f := setUp(t, newStore)
-	elsewhere := f.elsewhere()
-	resolved := f.w.sent("0xfound")
-	out, err := f.s.Submit(bg, "req-1", f.w, func(ctx context.Context, req Withdrawal) (Withdrawal, error) {
-		require.NoError(t, elsewhere.Resolve(ctx, "req-1", resolved), "Resolve on another instance")
-		if agree {
-			return resolved, nil
-		}
-		return req.sent("0xrail"), nil
-	})
-	if agree {
-		require.NoError(t, err)
-		require.Equal(t, resolved, out)
-	} else {
-		require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
-		require.NotErrorIs(t, err, submissions.ErrIdempotencyConflict)
-		require.Equal(t, f.w.sent("0xrail"), out)
-	}
-	requireOutcome(t, f.s, "req-1", resolved, true)
+	resolveDuringTheSend(t, newStore, (*fixture).elsewhere)
 }

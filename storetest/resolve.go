@@ -67,30 +67,36 @@ func testResolveOfASentKey(t *testing.T, newStore Factory) {
 // still runs its send; the resolved outcome stands, and a rail that answers
 // otherwise has its answer returned, unrecorded.
 func testResolveDuringTheSend(t *testing.T, newStore Factory) {
-	for _, agree := range []bool{true, false} {
-		t.Run(fmt.Sprint("the rail agrees ", agree), func(t *testing.T) { resolveDuringTheSend(t, newStore, agree) })
-	}
+	resolveDuringTheSend(t, newStore, func(f *fixture) *submissions.Submissions[Withdrawal] { return f.s })
 }
 
-func resolveDuringTheSend(t *testing.T, newStore Factory, agree bool) {
-	f := setUp(t, newStore)
-	resolved := f.w.sent("0xfound")
-	out, err := f.s.Submit(bg, "req-1", f.w, func(_ context.Context, req Withdrawal) (Withdrawal, error) {
-		require.NoError(t, f.s.Resolve(bg, "req-1", resolved), "Resolve during the send")
-		if agree {
-			return resolved, nil
-		}
-		return req.sent("0xrail"), nil
-	})
-	if agree {
-		require.NoError(t, err)
-		require.Equal(t, resolved, out)
-	} else {
-		require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
-		require.NotErrorIs(t, err, submissions.ErrIdempotencyConflict)
-		require.Equal(t, f.w.sent("0xrail"), out, "the rail's answer comes back")
+// resolveDuringTheSend runs the send of a key that the ledger by returns
+// resolves, and checks what stands, when the rail agrees and when it does
+// not.
+func resolveDuringTheSend(t *testing.T, newStore Factory, by func(*fixture) *submissions.Submissions[Withdrawal]) {
+	for _, agree := range []bool{true, false} {
+		t.Run(fmt.Sprint("the rail agrees ", agree), func(t *testing.T) {
+			f := setUp(t, newStore)
+			resolver := by(f)
+			resolved := f.w.sent("0xfound")
+			out, err := f.s.Submit(bg, "req-1", f.w, func(ctx context.Context, req Withdrawal) (Withdrawal, error) {
+				require.NoError(t, resolver.Resolve(ctx, "req-1", resolved), "Resolve during the send")
+				if agree {
+					return resolved, nil
+				}
+				return req.sent("0xrail"), nil
+			})
+			if agree {
+				require.NoError(t, err)
+				require.Equal(t, resolved, out)
+			} else {
+				require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
+				require.NotErrorIs(t, err, submissions.ErrIdempotencyConflict)
+				require.Equal(t, f.w.sent("0xrail"), out, "the rail's answer comes back")
+			}
+			requireOutcome(t, f.s, "req-1", resolved, true)
+		})
 	}
-	requireOutcome(t, f.s, "req-1", resolved, true)
 }
 
 func testResolveUnderAFreshKey(t *testing.T, newStore Factory) {
