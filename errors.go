@@ -6,7 +6,7 @@ import (
 )
 
 // The errors of a ledger, in three classes by what the caller may do next.
-// Refused, nothing sent: ErrInvalidKey, ErrInvalidFingerprint,
+// Refused, nothing sent: ErrInvalidTenant, ErrInvalidKey, ErrInvalidFingerprint,
 // ErrIdempotencyConflict (and *ConflictError), ErrSubmissionInFlight. Failed
 // before sending: ErrStoreFailed. Money may have moved: ErrOutcomeUnknown and
 // ErrOutcomeNotRecorded.
@@ -15,6 +15,11 @@ var (
 	// longer than MaxKeyLen bytes, not valid UTF-8, or holds a NUL byte.
 	// Nothing was read, claimed or sent.
 	ErrInvalidKey = errors.New("invalid request key")
+
+	// ErrInvalidTenant: a tenant id given to Tenant is longer than
+	// MaxTenantLen bytes, not valid UTF-8, or holds a NUL byte. Every method
+	// of that view returns it; nothing was read, claimed or sent.
+	ErrInvalidTenant = errors.New("invalid tenant")
 
 	// ErrInvalidFingerprint: a Fingerprint breaks the rules documented on
 	// Fingerprint, or the request or outcome is a nil pointer. Nothing was

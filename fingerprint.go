@@ -9,6 +9,7 @@ import (
 // Limits on what the ledger accepts, in bytes of the input as given. Every
 // store holds values up to these sizes.
 const (
+	MaxTenantLen       = 64   // a tenant id (see Submissions.Tenant)
 	MaxKeyLen          = 255  // a request key, after trimming
 	MaxWithdrawalIDLen = 255  // Fingerprint.WithdrawalID
 	MaxDestinationLen  = 1024 // Fingerprint.Destination
@@ -45,6 +46,14 @@ type Fingerprint struct {
 // request by fingerprint.
 type Fingerprinter interface {
 	Fingerprint() Fingerprint
+}
+
+// Validate returns nil if f is a valid fingerprint, and otherwise an error
+// wrapping ErrInvalidFingerprint that names the first field at fault: the
+// check every ledger call makes, for a service to run when it creates a
+// withdrawal.
+func (f Fingerprint) Validate() error {
+	return normalize(&f)
 }
 
 // normalize checks f by the rules of Fingerprint and puts its amount and
