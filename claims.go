@@ -16,11 +16,11 @@ func (c claims) holder(withdrawalID string) (string, bool) {
 }
 
 // claim records key as the holder of withdrawalID, unless a key already
-// holds it, in which case it returns a *ConflictError naming the holder and
-// changes nothing.
-func (c claims) claim(withdrawalID, key string) error {
+// holds it, in which case it returns a *ConflictError naming the holder (in
+// tenant, the claims' tenant) and changes nothing.
+func (c claims) claim(tenant, withdrawalID, key string) error {
 	if holder, ok := c[withdrawalID]; ok {
-		return &ConflictError{Holder: holder, Key: key, WithdrawalID: withdrawalID}
+		return &ConflictError{Tenant: tenant, Holder: holder, Key: key, WithdrawalID: withdrawalID}
 	}
 	c[withdrawalID] = key
 	return nil

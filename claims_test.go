@@ -11,10 +11,10 @@ import (
 // keeps the guard of its own anyway, and this test holds it to it.
 func TestClaimsReleaseOnlyTheNamedKey(t *testing.T) {
 	c := claims{}
-	require.NoError(t, c.claim("w-1", "req-1"))
+	require.NoError(t, c.claim("t", "w-1", "req-1"))
 	for _, key := range []string{"req-2", "req-1"} {
-		err := c.claim("w-1", key)
-		require.Equal(t, &ConflictError{Holder: "req-1", Key: key, WithdrawalID: "w-1"}, err, "a claim by %s", key)
+		err := c.claim("t", "w-1", key)
+		require.Equal(t, &ConflictError{Tenant: "t", Holder: "req-1", Key: key, WithdrawalID: "w-1"}, err, "a claim by %s", key)
 	}
 	c.release("w-1", "req-2")
 	holder, ok := c.holder("w-1")

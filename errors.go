@@ -69,6 +69,7 @@ var (
 //
 // errors.Is(err, ErrIdempotencyConflict) is true for a *ConflictError.
 type ConflictError struct {
+	Tenant       string // the tenant of both keys; "" is the default tenant
 	Holder       string // the request key that holds the claim
 	Key          string // the request key that was refused
 	WithdrawalID string // the withdrawal both keys asked for

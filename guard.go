@@ -18,7 +18,7 @@ type guard[R Fingerprinter] struct {
 	Store[R]
 
 	mu       sync.Mutex             // protects everything below, and every claiming
-	claiming map[string][]*claiming // keys in Store.Claim for a send, each claim of them
+	claiming map[keyRef][]*claiming // keys in Store.Claim for a send, each claim of them
 	sending  map[claimRef]struct{}  // claims being sent
 }
 
@@ -27,9 +27,14 @@ type claiming struct {
 	returned chan struct{} // closed when it returns; made by a release that waits for it
 }
 
+// keyRef names one request key.
+type keyRef struct {
+	tenant, key string
+}
+
 // claimRef names one claim.
 type claimRef struct {
-	key   string
+	keyRef
 	token Token
 }
 
@@ -37,13 +42,13 @@ type claimRef struct {
 var errWaitEnded = errors.New("waited for a claim of the key")
 
 func newGuard[R Fingerprinter](st Store[R]) *guard[R] {
-	return &guard[R]{Store: st, claiming: make(map[string][]*claiming), sending: make(map[claimRef]struct{})}
+	return &guard[R]{Store: st, claiming: make(map[keyRef][]*claiming), sending: make(map[claimRef]struct{})}
 }
 
-func (g *guard[R]) claimToSend(ctx context.Context, key string, fp Fingerprint, _, _ string) (*Fingerprint, *R, sending[R], error) {
-	c := &claiming{}
+func (g *guard[R]) claimToSend(ctx context.Context, tenant, key string, fp Fingerprint, _, _ string) (*Fingerprint, *R, sending[R], error) {
+	c, k := &claiming{}, keyRef{tenant, key}
 	g.mu.Lock()
-	g.claiming[key] = append(g.claiming[key], c)
+	g.claiming[k] = append(g.claiming[k], c)
 	g.mu.Unlock()
 
 	var (
@@ -55,18 +60,18 @@ func (g *guard[R]) claimToSend(ctx context.Context, key string, fp Fingerprint, 
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		if claimed && err == nil {
-			g.sending[claimRef{key, rec.Token}] = struct{}{}
+			g.sending[claimRef{k, rec.Token}] = struct{}{}
 		}
-		if rest := slices.DeleteFunc(g.claiming[key], func(o *claiming) bool { return o == c }); len(rest) > 0 {
-			g.claiming[key] = rest
+		if rest := slices.DeleteFunc(g.claiming[k], func(o *claiming) bool { return o == c }); len(rest) > 0 {
+			g.claiming[k] = rest
 		} else {
-			delete(g.claiming, key)
+			delete(g.claiming, k)
 		}
 		if c.returned != nil {
 			close(c.returned)
 		}
 	}()
-	rec, claimed, err = g.Store.Claim(ctx, key, fp, nil)
+	rec, claimed, err = g.Store.Claim(ctx, tenant, key, fp, nil)
 	switch {
 	case err != nil:
 		return nil, nil, nil, err
@@ -75,11 +80,12 @@ func (g *guard[R]) claimToSend(ctx context.Context, key string, fp Fingerprint, 
 	case !claimed:
 		return &rec.Fingerprint, nil, nil, nil
 	}
-	return nil, nil, &guardSending[R]{g: g, ref: claimRef{key, rec.Token}}, nil
+	return nil, nil, &guardSending[R]{g: g, ref: claimRef{k, rec.Token}}, nil
 }
 
-func (g *guard[R]) releaseIdle(ctx context.Context, key string) (Record[R], bool, error) {
-	rec, ok, err := g.Store.Lookup(ctx, key)
+func (g *guard[R]) releaseIdle(ctx context.Context, tenant, key string) (Record[R], bool, error) {
+	k := keyRef{tenant, key}
+	rec, ok, err := g.Store.Lookup(ctx, tenant, key)
 	if err != nil || !ok || rec.Done {
 		return rec, false, err
 	}
@@ -89,7 +95,7 @@ func (g *guard[R]) releaseIdle(ctx context.Context, key string) (Record[R], bool
 	// made the claim looked at), then see whether the ledger sends it.
 	g.mu.Lock()
 	var waits []chan struct{}
-	for _, c := range g.claiming[key] {
+	for _, c := range g.claiming[k] {
 		if c.returned == nil {
 			c.returned = make(chan struct{})
 		}
@@ -104,14 +110,14 @@ func (g *guard[R]) releaseIdle(ctx context.Context, key string) (Record[R], bool
 		}
 	}
 	g.mu.Lock()
-	_, sending := g.sending[claimRef{key, rec.Token}]
+	_, sending := g.sending[claimRef{k, rec.Token}]
 	g.mu.Unlock()
 	if sending {
 		return rec, false, errSending
 	}
 	// No claim of this ledger can make the claim looked at: it stands until
 	// it is released, and Release frees no other.
-	return g.Store.Release(ctx, key, rec.Token)
+	return g.Store.Release(ctx, tenant, key, rec.Token)
 }
 
 // guardSending is a claim a guard is sending.
@@ -126,7 +132,7 @@ func (s *guardSending[R]) settle(ctx context.Context, outcome R) (*R, bool, erro
 		return nil, false, nil
 	}
 	defer s.abandon() // also when the store panics
-	rec, settled, err := s.g.Store.Settle(ctx, s.ref.key, s.ref.token, outcome)
+	rec, settled, err := s.g.Store.Settle(ctx, s.ref.tenant, s.ref.key, s.ref.token, outcome)
 	if err != nil || settled || !rec.Done || rec.Token != s.ref.token {
 		return nil, settled, err
 	}

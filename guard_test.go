@@ -24,12 +24,12 @@ type panicsOnce struct {
 	armed bool
 }
 
-func (p *panicsOnce) Settle(ctx context.Context, key string, token Token, outcome transfer) (Record[transfer], bool, error) {
+func (p *panicsOnce) Settle(ctx context.Context, tenant, key string, token Token, outcome transfer) (Record[transfer], bool, error) {
 	if p.call == "Settle" && p.armed {
 		p.armed = false
 		panic("store bug")
 	}
-	return p.Store.Settle(ctx, key, token, outcome)
+	return p.Store.Settle(ctx, tenant, key, token, outcome)
 }
 
 // TestGuardForgetsEveryMark takes keys through every step of a ledger on a

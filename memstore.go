@@ -5,22 +5,29 @@ import (
 	"sync"
 )
 
-// memStore is the embedded default Store: request key -> claim and
-// withdrawal id -> key, behind one mutex. It is a backend itself: each claim
-// carries the mark of a send running under it, set and checked in the same
-// step as every change, so a ledger on it needs no guard.
+// memStore is the embedded default Store: per tenant, request key -> claim
+// and withdrawal id -> key, all behind one mutex. It is a backend itself: each
+// claim carries the mark of a send running under it, set and checked in the
+// same step as every change, so a ledger on it needs no guard.
 type memStore[R Fingerprinter] struct {
-	mu     sync.Mutex           // protects everything below, and every entry
+	mu      sync.Mutex           // protects everything below, every space and every entry
+	def     space[R]             // the default tenant's
+	tenants map[string]*space[R] // every other tenant's, made by its first claim
+	tokens  Token                // the last token given
+}
+
+// space is one tenant's keys and claims in the memory store.
+type space[R Fingerprinter] struct {
+	store  *memStore[R]
 	keys   map[string]*entry[R] // request key -> its claim
 	claims claims               // withdrawal id -> request key
-	tokens Token                // the last token given
 }
 
 // entry is one claim in the memory store, and its own sending. Its fields
 // are a Record's, laid out to fit a smaller allocation: a fresh submit makes
 // one.
 type entry[R Fingerprinter] struct {
-	store *memStore[R]
+	space *space[R]
 	// fp is the claim's fingerprint with its Amount and Currency as the
 	// claiming request spelled them, for replay; record() returns it
 	// canonical. An amount that starts with a point is kept canonical, as its
@@ -52,45 +59,64 @@ func (e *entry[R]) record() Record[R] {
 	return Record[R]{Fingerprint: fp, Outcome: e.outcome, Done: e.done, Token: e.token}
 }
 
+// space returns tenant's space, or nil if the tenant has never claimed a
+// key. The caller holds m.mu.
+func (m *memStore[R]) space(tenant string) *space[R] {
+	if tenant == "" {
+		return &m.def
+	}
+	return m.tenants[tenant]
+}
+
+// find returns tenant's claim of key, if any. The caller holds m.mu.
+func (m *memStore[R]) find(tenant, key string) (*entry[R], bool) {
+	sp := m.space(tenant)
+	if sp == nil {
+		return nil, false
+	}
+	e, ok := sp.keys[key]
+	return e, ok
+}
+
 // Claim implements Store.
-func (m *memStore[R]) Claim(_ context.Context, key string, fp Fingerprint, outcome *R) (Record[R], bool, error) {
+func (m *memStore[R]) Claim(_ context.Context, tenant, key string, fp Fingerprint, outcome *R) (Record[R], bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if e, ok := m.keys[key]; ok {
+	if e, ok := m.find(tenant, key); ok {
 		return e.record(), false, nil
 	}
-	e, err := m.claim(key, &fp, fp.Amount, fp.Currency, outcome)
+	e, err := m.claim(tenant, key, &fp, fp.Amount, fp.Currency, outcome)
 	if err != nil {
 		return Record[R]{}, false, err
 	}
 	return e.record(), true, nil
 }
 
-// replay returns key's outcome if key is done and was claimed for a request
-// whose fingerprint, as given, was *given: a retry repeated byte for byte,
-// which is valid and the same withdrawal without another look. The outcome
-// never changes. It is the ledger's fast path in memory: a false answer says
-// nothing, and the ledger goes on to claimToSend.
-func (m *memStore[R]) replay(key string, given *Fingerprint) (*R, bool) {
+// replay returns tenant's outcome of key if key is done and was claimed for
+// a request whose fingerprint, as given, was *given: a retry repeated byte
+// for byte, which is valid and the same withdrawal without another look. The
+// outcome never changes. It is the ledger's fast path in memory: a false
+// answer says nothing, and the ledger goes on to claimToSend.
+func (m *memStore[R]) replay(tenant, key string, given *Fingerprint) (*R, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	e, ok := m.keys[key]
+	e, ok := m.find(tenant, key)
 	if !ok || !e.done || e.fp != *given {
 		return nil, false
 	}
 	return &e.outcome, true
 }
 
-func (m *memStore[R]) claimToSend(_ context.Context, key string, fp Fingerprint, amount, currency string) (*Fingerprint, *R, sending[R], error) {
+func (m *memStore[R]) claimToSend(_ context.Context, tenant, key string, fp Fingerprint, amount, currency string) (*Fingerprint, *R, sending[R], error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if e, ok := m.keys[key]; ok {
+	if e, ok := m.find(tenant, key); ok {
 		if e.done {
 			return &e.fp, &e.outcome, nil, nil
 		}
 		return &e.fp, nil, nil, nil
 	}
-	e, err := m.claim(key, &fp, amount, currency, nil)
+	e, err := m.claim(tenant, key, &fp, amount, currency, nil)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -98,19 +124,27 @@ func (m *memStore[R]) claimToSend(_ context.Context, key string, fp Fingerprint,
 	return nil, nil, e, nil
 }
 
-// claim makes key's claim of fp, whose amount and currency the request
-// spelled as amount and currency, under a new token, and claims its
+// claim makes tenant's claim of key for fp, whose amount and currency the
+// request spelled as amount and currency, under a new token, and claims its
 // withdrawal; or it returns a *ConflictError. The caller holds m.mu and has
 // found no claim of key.
-func (m *memStore[R]) claim(key string, fp *Fingerprint, amount, currency string, outcome *R) (*entry[R], error) {
-	if m.keys == nil {
-		m.keys, m.claims = make(map[string]*entry[R]), make(claims)
+func (m *memStore[R]) claim(tenant, key string, fp *Fingerprint, amount, currency string, outcome *R) (*entry[R], error) {
+	sp := m.space(tenant)
+	if sp == nil {
+		if m.tenants == nil {
+			m.tenants = make(map[string]*space[R])
+		}
+		sp = &space[R]{}
+		m.tenants[tenant] = sp
 	}
-	if err := m.claims.claim(fp.WithdrawalID, key); err != nil {
+	if sp.keys == nil {
+		sp.store, sp.keys, sp.claims = m, make(map[string]*entry[R]), make(claims)
+	}
+	if err := sp.claims.claim(tenant, fp.WithdrawalID, key); err != nil {
 		return nil, err
 	}
 	m.tokens++
-	e := &entry[R]{store: m, fp: *fp, token: m.tokens}
+	e := &entry[R]{space: sp, fp: *fp, token: m.tokens}
 	if amount[0] != '.' {
 		e.fp.Amount = amount
 	}
@@ -118,15 +152,15 @@ func (m *memStore[R]) claim(key string, fp *Fingerprint, amount, currency string
 	if outcome != nil {
 		e.outcome, e.done = *outcome, true
 	}
-	m.keys[key] = e
+	sp.keys[key] = e
 	return e, nil
 }
 
 // Settle implements Store.
-func (m *memStore[R]) Settle(_ context.Context, key string, token Token, outcome R) (Record[R], bool, error) {
+func (m *memStore[R]) Settle(_ context.Context, tenant, key string, token Token, outcome R) (Record[R], bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	e, ok := m.keys[key]
+	e, ok := m.find(tenant, key)
 	if !ok || e.token != token {
 		return Record[R]{}, false, nil
 	}
@@ -135,8 +169,8 @@ func (m *memStore[R]) Settle(_ context.Context, key string, token Token, outcome
 }
 
 func (e *entry[R]) settle(_ context.Context, outcome R) (*R, bool, error) {
-	e.store.mu.Lock()
-	defer e.store.mu.Unlock()
+	e.space.store.mu.Lock()
+	defer e.space.store.mu.Unlock()
 	e.sending = false
 	switch {
 	case e.released:
@@ -158,61 +192,65 @@ func (e *entry[R]) settleOnce(outcome R) bool {
 }
 
 func (e *entry[R]) abandon() {
-	e.store.mu.Lock()
-	defer e.store.mu.Unlock()
+	e.space.store.mu.Lock()
+	defer e.space.store.mu.Unlock()
 	e.sending = false
 }
 
 // Release implements Store.
-func (m *memStore[R]) Release(_ context.Context, key string, token Token) (Record[R], bool, error) {
+func (m *memStore[R]) Release(_ context.Context, tenant, key string, token Token) (Record[R], bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	e, ok := m.keys[key]
+	e, ok := m.find(tenant, key)
 	if !ok || e.token != token {
 		return Record[R]{}, false, nil
 	}
-	return m.release(key, e)
+	return e.release(key)
 }
 
-func (m *memStore[R]) releaseIdle(_ context.Context, key string) (Record[R], bool, error) {
+func (m *memStore[R]) releaseIdle(_ context.Context, tenant, key string) (Record[R], bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	e, ok := m.keys[key]
+	e, ok := m.find(tenant, key)
 	switch {
 	case !ok:
 		return Record[R]{}, false, nil
 	case e.sending && !e.done:
 		return e.record(), false, errSending
 	}
-	return m.release(key, e)
+	return e.release(key)
 }
 
 // release deletes e, key's claim, with its withdrawal's claim, unless e has
-// an outcome. The caller holds m.mu.
-func (m *memStore[R]) release(key string, e *entry[R]) (Record[R], bool, error) {
+// an outcome. The caller holds the lock.
+func (e *entry[R]) release(key string) (Record[R], bool, error) {
 	if e.done {
 		return e.record(), false, nil
 	}
-	delete(m.keys, key)
-	m.claims.release(e.fp.WithdrawalID, key)
+	delete(e.space.keys, key)
+	e.space.claims.release(e.fp.WithdrawalID, key)
 	e.released = true
 	return e.record(), true, nil
 }
 
 // Lookup implements Store.
-func (m *memStore[R]) Lookup(_ context.Context, key string) (Record[R], bool, error) {
+func (m *memStore[R]) Lookup(_ context.Context, tenant, key string) (Record[R], bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if e, ok := m.keys[key]; ok {
+	if e, ok := m.find(tenant, key); ok {
 		return e.record(), true, nil
 	}
 	return Record[R]{}, false, nil
 }
 
 // ClaimedBy implements Store.
-func (m *memStore[R]) ClaimedBy(_ context.Context, withdrawalID string) (string, bool, error) {
+func (m *memStore[R]) ClaimedBy(_ context.Context, tenant, withdrawalID string) (string, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	key, ok := m.claims.holder(withdrawalID)
+	var key string
+	var ok bool
+	if sp := m.space(tenant); sp != nil {
+		key, ok = sp.claims.holder(withdrawalID)
+	}
 	return key, ok, nil
 }

@@ -24,11 +24,11 @@ type backend[R Fingerprinter] interface {
 	// claims the key for fp, whose amount and currency the request spelled
 	// as amount and currency, and returns the sending that ends the claim's
 	// send; the claim is marked as being sent before anything can see it.
-	claimToSend(ctx context.Context, key string, fp Fingerprint, amount, currency string) (held *Fingerprint, outcome *R, s sending[R], err error)
+	claimToSend(ctx context.Context, tenant, key string, fp Fingerprint, amount, currency string) (held *Fingerprint, outcome *R, s sending[R], err error)
 
 	// releaseIdle is Release of key's claim, whatever its token, unless the
 	// ledger is sending it, when it returns errSending.
-	releaseIdle(ctx context.Context, key string) (rec Record[R], released bool, err error)
+	releaseIdle(ctx context.Context, tenant, key string) (rec Record[R], released bool, err error)
 }
 
 // A sending is one claim being sent, ended by settle or abandon: the ledger

@@ -22,10 +22,13 @@ type Record[R Fingerprinter] struct {
 }
 
 // Store holds a ledger's two indexes, request key to Record and withdrawal id
-// to the key that claims it, and makes each decision the ledger needs in one
+// to the key that claims it, both per tenant, and makes each decision the ledger needs in one
 // atomic step: a check and the change it allows are never a read followed by
 // a separate write. Records and claims are 1:1: a key claims exactly the
-// withdrawal of its record, and both go together.
+// withdrawal of its record, and both go together. Every method takes the
+// tenant it works in ("" is the default tenant) and reads and changes only
+// that tenant's keys and claims: the same key or withdrawal id in two tenants
+// are unrelated.
 //
 // The ledger holds the policy: it validates keys and fingerprints before
 // calling a store, compares fingerprints and outcomes, and decides what
@@ -40,15 +43,15 @@ type Store[R Fingerprinter] interface {
 	// *outcome otherwise. If key has a record, Claim changes nothing and
 	// returns that record, whatever its fingerprint, with claimed false. If
 	// another key claims fp.WithdrawalID, it changes nothing and returns a
-	// *ConflictError with Holder, Key and WithdrawalID set.
-	Claim(ctx context.Context, key string, fp Fingerprint, outcome *R) (rec Record[R], claimed bool, err error)
+	// *ConflictError with Tenant, Holder, Key and WithdrawalID set.
+	Claim(ctx context.Context, tenant, key string, fp Fingerprint, outcome *R) (rec Record[R], claimed bool, err error)
 
 	// Settle records outcome on key's claim token, if that claim is in
 	// flight, and returns the record with settled true. If the claim is done,
 	// it changes nothing and returns the record with settled false. If key
 	// has no record, or a record of another claim, it changes nothing and
 	// returns the zero Record with settled false.
-	Settle(ctx context.Context, key string, token Token, outcome R) (rec Record[R], settled bool, err error)
+	Settle(ctx context.Context, tenant, key string, token Token, outcome R) (rec Record[R], settled bool, err error)
 
 	// Release deletes key's claim token, with the claim on its withdrawal,
 	// if that claim is in flight, and returns the deleted record with
@@ -56,12 +59,12 @@ type Store[R Fingerprinter] interface {
 	// record with released false. If key has no record, or a record of
 	// another claim, it changes nothing and returns the zero Record with
 	// released false.
-	Release(ctx context.Context, key string, token Token) (rec Record[R], released bool, err error)
+	Release(ctx context.Context, tenant, key string, token Token) (rec Record[R], released bool, err error)
 
 	// Lookup returns key's record, with ok false when key has none.
-	Lookup(ctx context.Context, key string) (rec Record[R], ok bool, err error)
+	Lookup(ctx context.Context, tenant, key string) (rec Record[R], ok bool, err error)
 
 	// ClaimedBy returns the key that claims withdrawalID, with ok false when
 	// no key does.
-	ClaimedBy(ctx context.Context, withdrawalID string) (key string, ok bool, err error)
+	ClaimedBy(ctx context.Context, tenant, withdrawalID string) (key string, ok bool, err error)
 }

@@ -117,6 +117,9 @@ func (s *Submissions[R]) Submit(ctx context.Context, key string, req R,
 func (s *Submissions[R]) SubmitOrReplay(ctx context.Context, key string, req R,
 	send func(ctx context.Context, req R) (R, error)) (R, bool, error) {
 	var zero R
+	if s.tenantErr != nil {
+		return zero, false, s.tenantErr
+	}
 	key, err := validKey(key)
 	if err != nil {
 		return zero, false, err
@@ -130,7 +133,7 @@ func (s *Submissions[R]) SubmitOrReplay(ctx context.Context, key string, req R,
 	}
 	given := req.Fingerprint()
 	if s.mem != nil {
-		if out, ok := s.mem.replay(key, &given); ok {
+		if out, ok := s.mem.replay(s.tenant, key, &given); ok {
 			s.note(ctx, slog.LevelInfo, "submission replayed", key, given.WithdrawalID, nil)
 			return *out, true, nil
 		}
@@ -139,7 +142,7 @@ func (s *Submissions[R]) SubmitOrReplay(ctx context.Context, key string, req R,
 	if err := normalize(&fp); err != nil {
 		return zero, false, err
 	}
-	held, outcome, sending, err := be.claimToSend(ctx, key, fp, given.Amount, given.Currency)
+	held, outcome, sending, err := be.claimToSend(ctx, s.tenant, key, fp, given.Amount, given.Currency)
 	switch {
 	case err != nil:
 		return zero, false, fromStore(key, "claim", err)
@@ -250,6 +253,9 @@ var errNilAnswer = errors.New("send answered nil")
 // Two outcomes are the same when their encoding/json encodings hold equal
 // JSON values (see the README).
 func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) error {
+	if s.tenantErr != nil {
+		return s.tenantErr
+	}
 	key, err := validKey(key)
 	if err != nil {
 		return err
@@ -265,7 +271,7 @@ func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) err
 	if err := normalize(&fp); err != nil {
 		return err
 	}
-	rec, claimed, err := be.Claim(ctx, key, fp, &outcome)
+	rec, claimed, err := be.Claim(ctx, s.tenant, key, fp, &outcome)
 	switch {
 	case err != nil:
 		return fromStore(key, "record", err)
@@ -276,7 +282,7 @@ func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) err
 		return keyTaken(key)
 	case !rec.Done:
 		var settled bool
-		if rec, settled, err = be.Settle(ctx, key, rec.Token, outcome); err != nil {
+		if rec, settled, err = be.Settle(ctx, s.tenant, key, rec.Token, outcome); err != nil {
 			return fromStore(key, "record", err)
 		}
 		if settled {
@@ -305,6 +311,9 @@ func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) err
 // ledger's claim of the key to come back from the store; ErrStoreFailed when
 // the store fails (the release may or may not stand: Release again to know).
 func (s *Submissions[R]) Release(ctx context.Context, key string) error {
+	if s.tenantErr != nil {
+		return s.tenantErr
+	}
 	key, err := validKey(key)
 	if err != nil {
 		return err
@@ -312,7 +321,7 @@ func (s *Submissions[R]) Release(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	rec, released, err := s.backend().releaseIdle(ctx, key)
+	rec, released, err := s.backend().releaseIdle(ctx, s.tenant, key)
 	switch {
 	case errors.Is(err, errSending):
 		return inFlight(key)
@@ -331,6 +340,9 @@ func (s *Submissions[R]) Release(ctx context.Context, key string) error {
 // Outcome returns the outcome recorded for key, with ok false when the key is
 // unknown or its outcome is not known yet.
 func (s *Submissions[R]) Outcome(ctx context.Context, key string) (outcome R, ok bool, err error) {
+	if s.tenantErr != nil {
+		return outcome, false, s.tenantErr
+	}
 	key, err = validKey(key)
 	if err != nil {
 		return outcome, false, err
@@ -338,7 +350,7 @@ func (s *Submissions[R]) Outcome(ctx context.Context, key string) (outcome R, ok
 	if err := ctx.Err(); err != nil {
 		return outcome, false, err
 	}
-	rec, found, err := s.backend().Lookup(ctx, key)
+	rec, found, err := s.backend().Lookup(ctx, s.tenant, key)
 	switch {
 	case err != nil:
 		return outcome, false, fromStore(key, "lookup", err)
@@ -352,21 +364,25 @@ func (s *Submissions[R]) Outcome(ctx context.Context, key string) (outcome R, ok
 // false when no key holds it. The id is matched exactly; an id that no valid
 // fingerprint can carry is held by no key.
 func (s *Submissions[R]) ClaimedBy(ctx context.Context, withdrawalID string) (key string, ok bool, err error) {
+	if s.tenantErr != nil {
+		return "", false, s.tenantErr
+	}
 	if err := ctx.Err(); err != nil {
 		return "", false, err
 	}
 	if !validText(withdrawalID, MaxWithdrawalIDLen) {
 		return "", false, nil
 	}
-	key, ok, err = s.backend().ClaimedBy(ctx, withdrawalID)
+	key, ok, err = s.backend().ClaimedBy(ctx, s.tenant, withdrawalID)
 	if err != nil {
 		return "", false, fmt.Errorf("%w: withdrawal %s: %w", ErrStoreFailed, withdrawalID, err)
 	}
 	return key, ok, nil
 }
 
-// note logs msg at level with the key and withdrawal, and err if not nil. It
-// costs one call when the level is disabled.
+// note logs msg at level with the tenant (unless it is the default), the key
+// and the withdrawal, and err if not nil. It costs one call when the level is
+// disabled.
 func (s *Submissions[R]) note(ctx context.Context, level slog.Level, msg, key, withdrawalID string, err error) {
 	l := s.log
 	if l == nil {
@@ -375,9 +391,13 @@ func (s *Submissions[R]) note(ctx context.Context, level slog.Level, msg, key, w
 	if !l.Enabled(ctx, level) {
 		return
 	}
-	if err != nil {
-		l.LogAttrs(ctx, level, msg, slog.String("key", key), slog.String("withdrawal", withdrawalID), slog.Any("error", err))
-		return
+	attrs := make([]slog.Attr, 0, 4)
+	if s.tenant != "" {
+		attrs = append(attrs, slog.String("tenant", s.tenant))
 	}
-	l.LogAttrs(ctx, level, msg, slog.String("key", key), slog.String("withdrawal", withdrawalID))
+	attrs = append(attrs, slog.String("key", key), slog.String("withdrawal", withdrawalID))
+	if err != nil {
+		attrs = append(attrs, slog.Any("error", err))
+	}
+	l.LogAttrs(ctx, level, msg, attrs...)
 }

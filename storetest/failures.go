@@ -47,36 +47,36 @@ func (h *hooked) run(call string, f func()) error {
 	return nil
 }
 
-func (h *hooked) Claim(ctx context.Context, key string, fp submissions.Fingerprint, outcome *Withdrawal) (rec submissions.Record[Withdrawal], ok bool, err error) {
-	if herr := h.run("Claim", func() { rec, ok, err = h.Store.Claim(ctx, key, fp, outcome) }); herr != nil {
+func (h *hooked) Claim(ctx context.Context, tenant, key string, fp submissions.Fingerprint, outcome *Withdrawal) (rec submissions.Record[Withdrawal], ok bool, err error) {
+	if herr := h.run("Claim", func() { rec, ok, err = h.Store.Claim(ctx, tenant, key, fp, outcome) }); herr != nil {
 		return rec, false, herr
 	}
 	return rec, ok, err
 }
 
-func (h *hooked) Settle(ctx context.Context, key string, token submissions.Token, outcome Withdrawal) (rec submissions.Record[Withdrawal], ok bool, err error) {
-	if herr := h.run("Settle", func() { rec, ok, err = h.Store.Settle(ctx, key, token, outcome) }); herr != nil {
+func (h *hooked) Settle(ctx context.Context, tenant, key string, token submissions.Token, outcome Withdrawal) (rec submissions.Record[Withdrawal], ok bool, err error) {
+	if herr := h.run("Settle", func() { rec, ok, err = h.Store.Settle(ctx, tenant, key, token, outcome) }); herr != nil {
 		return rec, false, herr
 	}
 	return rec, ok, err
 }
 
-func (h *hooked) Release(ctx context.Context, key string, token submissions.Token) (rec submissions.Record[Withdrawal], ok bool, err error) {
-	if herr := h.run("Release", func() { rec, ok, err = h.Store.Release(ctx, key, token) }); herr != nil {
+func (h *hooked) Release(ctx context.Context, tenant, key string, token submissions.Token) (rec submissions.Record[Withdrawal], ok bool, err error) {
+	if herr := h.run("Release", func() { rec, ok, err = h.Store.Release(ctx, tenant, key, token) }); herr != nil {
 		return rec, false, herr
 	}
 	return rec, ok, err
 }
 
-func (h *hooked) Lookup(ctx context.Context, key string) (rec submissions.Record[Withdrawal], ok bool, err error) {
-	if herr := h.run("Lookup", func() { rec, ok, err = h.Store.Lookup(ctx, key) }); herr != nil {
+func (h *hooked) Lookup(ctx context.Context, tenant, key string) (rec submissions.Record[Withdrawal], ok bool, err error) {
+	if herr := h.run("Lookup", func() { rec, ok, err = h.Store.Lookup(ctx, tenant, key) }); herr != nil {
 		return rec, false, herr
 	}
 	return rec, ok, err
 }
 
-func (h *hooked) ClaimedBy(ctx context.Context, id string) (key string, ok bool, err error) {
-	if herr := h.run("ClaimedBy", func() { key, ok, err = h.Store.ClaimedBy(ctx, id) }); herr != nil {
+func (h *hooked) ClaimedBy(ctx context.Context, tenant, id string) (key string, ok bool, err error) {
+	if herr := h.run("ClaimedBy", func() { key, ok, err = h.Store.ClaimedBy(ctx, tenant, id) }); herr != nil {
 		return "", false, herr
 	}
 	return key, ok, err

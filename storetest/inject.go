@@ -176,45 +176,45 @@ type reply struct {
 	ok  bool
 }
 
-func (f *injector) Claim(ctx context.Context, key string, fp submissions.Fingerprint, outcome *Withdrawal) (submissions.Record[Withdrawal], bool, error) {
+func (f *injector) Claim(ctx context.Context, tenant, key string, fp submissions.Fingerprint, outcome *Withdrawal) (submissions.Record[Withdrawal], bool, error) {
 	r, err := inject(ctx, f, "Claim", func(ctx context.Context) (reply, error) {
-		rec, ok, err := f.store.Claim(ctx, key, fp, outcome)
+		rec, ok, err := f.store.Claim(ctx, tenant, key, fp, outcome)
 		return reply{rec, ok}, err
 	})
 	return r.rec, r.ok, err
 }
 
-func (f *injector) Settle(ctx context.Context, key string, token submissions.Token, outcome Withdrawal) (submissions.Record[Withdrawal], bool, error) {
+func (f *injector) Settle(ctx context.Context, tenant, key string, token submissions.Token, outcome Withdrawal) (submissions.Record[Withdrawal], bool, error) {
 	r, err := inject(ctx, f, "Settle", func(ctx context.Context) (reply, error) {
-		rec, ok, err := f.store.Settle(ctx, key, token, outcome)
+		rec, ok, err := f.store.Settle(ctx, tenant, key, token, outcome)
 		return reply{rec, ok}, err
 	})
 	return r.rec, r.ok, err
 }
 
-func (f *injector) Release(ctx context.Context, key string, token submissions.Token) (submissions.Record[Withdrawal], bool, error) {
+func (f *injector) Release(ctx context.Context, tenant, key string, token submissions.Token) (submissions.Record[Withdrawal], bool, error) {
 	r, err := inject(ctx, f, "Release", func(ctx context.Context) (reply, error) {
-		rec, ok, err := f.store.Release(ctx, key, token)
+		rec, ok, err := f.store.Release(ctx, tenant, key, token)
 		return reply{rec, ok}, err
 	})
 	return r.rec, r.ok, err
 }
 
-func (f *injector) Lookup(ctx context.Context, key string) (submissions.Record[Withdrawal], bool, error) {
+func (f *injector) Lookup(ctx context.Context, tenant, key string) (submissions.Record[Withdrawal], bool, error) {
 	r, err := inject(ctx, f, "Lookup", func(ctx context.Context) (reply, error) {
-		rec, ok, err := f.store.Lookup(ctx, key)
+		rec, ok, err := f.store.Lookup(ctx, tenant, key)
 		return reply{rec, ok}, err
 	})
 	return r.rec, r.ok, err
 }
 
-func (f *injector) ClaimedBy(ctx context.Context, withdrawalID string) (string, bool, error) {
+func (f *injector) ClaimedBy(ctx context.Context, tenant, withdrawalID string) (string, bool, error) {
 	type holder struct {
 		key string
 		ok  bool
 	}
 	r, err := inject(ctx, f, "ClaimedBy", func(ctx context.Context) (holder, error) {
-		key, ok, err := f.store.ClaimedBy(ctx, withdrawalID)
+		key, ok, err := f.store.ClaimedBy(ctx, tenant, withdrawalID)
 		return holder{key, ok}, err
 	})
 	return r.key, r.ok, err
@@ -428,13 +428,13 @@ func snapshotOf(t *testing.T, st submissions.Store[Withdrawal]) snapshot {
 	t.Helper()
 	snap := snapshot{recs: map[string]submissions.Record[Withdrawal]{}}
 	for _, key := range []string{"req-1", "req-2"} {
-		rec, ok, err := st.Lookup(bg, key)
+		rec, ok, err := st.Lookup(bg, "", key)
 		require.NoError(t, err, "Lookup(%s) through the store", key)
 		if ok {
 			snap.recs[key] = rec
 		}
 	}
-	holder, ok, err := st.ClaimedBy(bg, injW.ID)
+	holder, ok, err := st.ClaimedBy(bg, "", injW.ID)
 	require.NoError(t, err, "ClaimedBy(%s) through the store", injW.ID)
 	if ok {
 		snap.holder = holder
