@@ -10,6 +10,7 @@ import (
 	"math/big"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/idemledger/submissions"
 )
@@ -61,9 +62,12 @@ const (
 // Op is one call on a ledger.
 type Op struct {
 	Kind Kind
-	Key  string // Submit, Resolve, Release, Outcome, Claim, Settle
-	W    W      // Submit, Claim, Settle: the request; Resolve: the outcome; ClaimedBy: W.ID
-	Send Send   // Submit, Settle
+	// Tenant is the tenant the call works in: the ledger runs it through
+	// Tenant(Tenant). Every tenant has keys and claims of its own.
+	Tenant string
+	Key    string // Submit, Resolve, Release, Outcome, Claim, Settle
+	W      W      // Submit, Claim, Settle: the request; Resolve: the outcome; ClaimedBy: W.ID
+	Send   Send   // Submit, Settle
 
 	// Ledger names the ledger an operation runs on, as far as its marks go:
 	// a ledger refuses to release a key while it is sending the key's
@@ -89,6 +93,7 @@ const (
 	OutcomeUnknown     // submissions.ErrOutcomeUnknown: the rail gave no answer
 	SendPanicked       // the rail's panic, raised again by Submit
 	NotRecorded        // submissions.ErrOutcomeNotRecorded, with the rail's answer
+	InvalidTenant      // submissions.ErrInvalidTenant
 	Unexpected         // any other error, ErrStoreFailed included: no rule gives one here
 )
 
@@ -96,6 +101,7 @@ const (
 type Result struct {
 	Err     Err
 	Holder  string // Conflict: the holding key; ClaimedBy: the key
+	Tenant  string // Conflict: the tenant the error names
 	OK      bool   // Outcome, ClaimedBy
 	Outcome W      // Submit, Claim (a replay), Outcome, Settle; with NotRecorded, the rail's answer
 	Claimed bool   // Claim: the key was claimed, and send is called next
@@ -113,16 +119,30 @@ func Wrong(w W) W {
 	return w
 }
 
-// Model is the ledger's semantics: a map from key to record and one from
-// withdrawal id to key, changed one operation at a time, and the marks of
-// the claims that ledgers are sending. Its zero value is an empty ledger.
+// Model is the ledger's semantics: per tenant, a map from key to record and
+// one from withdrawal id to key, changed one operation at a time, and the
+// marks of the claims that ledgers are sending. Its zero value is an empty
+// ledger.
 type Model struct {
-	records map[string]entry
-	claims  map[string]string
+	records map[name]entry  // a tenant's key -> its record
+	claims  map[name]string // a tenant's withdrawal id -> the key that claims it
 	marks   map[mark]bool
 }
 
-// mark says that a ledger is sending a claim.
+// name is a key or a withdrawal id in a tenant.
+type name struct {
+	tenant, id string
+}
+
+// ValidTenant reports whether a tenant id is one a ledger works in: the
+// default tenant "", or at most 64 bytes of valid UTF-8 without NUL, taken
+// exactly as given.
+func ValidTenant(tenant string) bool {
+	return len(tenant) <= 64 && utf8.ValidString(tenant) && !strings.Contains(tenant, "\x00")
+}
+
+// mark says that a ledger is sending a claim. Claims are numbered across
+// tenants, so a mark needs no tenant.
 type mark struct {
 	ledger, claim int
 }
@@ -140,14 +160,18 @@ const resolved = -1
 
 func (m *Model) init() {
 	if m.records == nil {
-		m.records, m.claims, m.marks = map[string]entry{}, map[string]string{}, map[mark]bool{}
+		m.records, m.claims, m.marks = map[name]entry{}, map[name]string{}, map[mark]bool{}
 	}
 }
 
 // Apply applies op and returns its result. A Submit is a Claim and, if it
-// claimed, a Settle, with nothing between.
+// claimed, a Settle, with nothing between. Whatever its kind, an operation in
+// a tenant that is not valid changes nothing and is refused.
 func (m *Model) Apply(op Op) Result {
 	m.init()
+	if !ValidTenant(op.Tenant) {
+		return Result{Err: InvalidTenant}
+	}
 	switch op.Kind {
 	case Submit:
 		if res := m.claim(op); !res.Claimed {
@@ -163,13 +187,13 @@ func (m *Model) Apply(op Op) Result {
 	case Release:
 		return m.release(op)
 	case Outcome:
-		r, ok := m.records[op.Key]
+		r, ok := m.records[keyOf(op)]
 		if !ok || !r.done {
 			return Result{}
 		}
 		return Result{OK: true, Outcome: r.outcome}
 	case ClaimedBy:
-		key, ok := m.claims[op.W.ID]
+		key, ok := m.claims[withdrawalOf(op)]
 		return Result{OK: ok, Holder: key}
 	}
 	panic("verify: unknown operation")
@@ -186,7 +210,7 @@ func (m *Model) Step(op Op, got Result) (bool, *Model) {
 	if next.Apply(op) == got {
 		return true, next
 	}
-	if r, ok := m.records[op.Key]; ok && op.Kind == Resolve && got == (Result{Err: InFlight}) &&
+	if r, ok := m.records[keyOf(op)]; ok && op.Kind == Resolve && got == (Result{Err: InFlight}) &&
 		!r.done && SameWithdrawal(r.fp, op.W) {
 		return true, m
 	}
@@ -217,10 +241,10 @@ func (m *Model) String() string {
 		if r.done {
 			state = fmt.Sprintf("done %+v", r.outcome)
 		}
-		lines = append(lines, fmt.Sprintf("key %s: %+v claim %d %s", k, r.fp, r.claim, state))
+		lines = append(lines, fmt.Sprintf("tenant %q key %s: %+v claim %d %s", k.tenant, k.id, r.fp, r.claim, state))
 	}
 	for id, k := range m.claims {
-		lines = append(lines, fmt.Sprintf("withdrawal %s: %s", id, k))
+		lines = append(lines, fmt.Sprintf("tenant %q withdrawal %s: %s", id.tenant, id.id, k))
 	}
 	for mk := range m.marks {
 		lines = append(lines, fmt.Sprintf("ledger %d sends claim %d", mk.ledger, mk.claim))
@@ -229,8 +253,14 @@ func (m *Model) String() string {
 	return strings.Join(lines, "\n")
 }
 
+// keyOf names op's key in op's tenant.
+func keyOf(op Op) name { return name{op.Tenant, op.Key} }
+
+// withdrawalOf names op's withdrawal in op's tenant.
+func withdrawalOf(op Op) name { return name{op.Tenant, op.W.ID} }
+
 func (m *Model) claim(op Op) Result {
-	if r, ok := m.records[op.Key]; ok { // rules 5, 6, 7
+	if r, ok := m.records[keyOf(op)]; ok { // rules 5, 6, 7
 		switch {
 		case !SameWithdrawal(r.fp, op.W):
 			return Result{Err: Idempotency}
@@ -239,12 +269,12 @@ func (m *Model) claim(op Op) Result {
 		}
 		return Result{Outcome: r.outcome}
 	}
-	if holder, ok := m.claims[op.W.ID]; ok { // rule 8
-		return Result{Err: Conflict, Holder: holder}
+	if holder, ok := m.claims[withdrawalOf(op)]; ok { // rule 8
+		return Result{Err: Conflict, Holder: holder, Tenant: op.Tenant}
 	}
 	// Rule 4: claim, and mark the claim as being sent by this ledger.
-	m.records[op.Key] = entry{fp: op.W, claim: op.ClaimID}
-	m.claims[op.W.ID] = op.Key
+	m.records[keyOf(op)] = entry{fp: op.W, claim: op.ClaimID}
+	m.claims[withdrawalOf(op)] = op.Key
 	m.marks[mark{op.Ledger, op.ClaimID}] = true
 	return Result{Claimed: true}
 }
@@ -269,13 +299,13 @@ func (m *Model) settle(op Op) Result {
 	case SendLate:
 		return Result{Err: NotRecorded, Outcome: Sent(op.W, op.Key)}
 	}
-	r, ok := m.records[op.Key]
+	r, ok := m.records[keyOf(op)]
 	switch {
 	case !ok || r.claim != op.ClaimID: // released meanwhile, perhaps claimed again
 		return Result{Err: NotRecorded, Outcome: answer}
 	case !r.done:
 		r.outcome, r.done = answer, true
-		m.records[op.Key] = r
+		m.records[keyOf(op)] = r
 	case r.outcome != answer: // resolved meanwhile, otherwise
 		return Result{Err: NotRecorded, Outcome: answer}
 	}
@@ -283,7 +313,7 @@ func (m *Model) settle(op Op) Result {
 }
 
 func (m *Model) resolve(op Op) Result {
-	if r, ok := m.records[op.Key]; ok { // rule 12
+	if r, ok := m.records[keyOf(op)]; ok { // rule 12
 		switch {
 		case !SameWithdrawal(r.fp, op.W):
 			return Result{Err: Idempotency}
@@ -291,19 +321,19 @@ func (m *Model) resolve(op Op) Result {
 			return Result{Err: Idempotency}
 		}
 		r.outcome, r.done = op.W, true
-		m.records[op.Key] = r
+		m.records[keyOf(op)] = r
 		return Result{}
 	}
-	if holder, ok := m.claims[op.W.ID]; ok { // rule 13
-		return Result{Err: Conflict, Holder: holder}
+	if holder, ok := m.claims[withdrawalOf(op)]; ok { // rule 13
+		return Result{Err: Conflict, Holder: holder, Tenant: op.Tenant}
 	}
-	m.records[op.Key] = entry{fp: op.W, outcome: op.W, done: true, claim: resolved}
-	m.claims[op.W.ID] = op.Key
+	m.records[keyOf(op)] = entry{fp: op.W, outcome: op.W, done: true, claim: resolved}
+	m.claims[withdrawalOf(op)] = op.Key
 	return Result{}
 }
 
 func (m *Model) release(op Op) Result { // rule 14
-	r, ok := m.records[op.Key]
+	r, ok := m.records[keyOf(op)]
 	switch {
 	case !ok:
 		return Result{}
@@ -312,8 +342,8 @@ func (m *Model) release(op Op) Result { // rule 14
 	case m.marks[mark{op.Ledger, r.claim}]:
 		return Result{Err: InFlight} // this ledger is sending the key's claim
 	}
-	delete(m.records, op.Key)
-	delete(m.claims, r.fp.ID)
+	delete(m.records, keyOf(op))
+	delete(m.claims, name{op.Tenant, r.fp.ID})
 	return Result{}
 }
 

@@ -237,3 +237,73 @@ func TestModelCloneEqualString(t *testing.T) {
 	assert.False(t, a.Equal(b), "claims differ by their id")
 	assert.NotEqual(t, a.String(), b.String())
 }
+
+func TestModelTenants(t *testing.T) {
+	in := func(tenant string, op Op) Op {
+		op.Tenant = tenant
+		return op
+	}
+	t.Run("the same key and withdrawal in two tenants are unrelated", func(t *testing.T) {
+		var m Model
+		got := applyAll(&m,
+			in("", Op{Kind: Submit, Key: "k1", W: w1, Send: SendFail, ClaimID: 1}),
+			in("t1", Op{Kind: Submit, Key: "k1", W: w1, ClaimID: 2}),
+			in("t1", Op{Kind: Submit, Key: "k2", W: w1d, ClaimID: 3}),
+			in("", Op{Kind: Outcome, Key: "k1"}),
+			in("t1", Op{Kind: Outcome, Key: "k1"}),
+			in("t2", Op{Kind: ClaimedBy, W: w1}),
+			in("t2", Op{Kind: Resolve, Key: "k2", W: w1}))
+		assert.Equal(t, []Result{
+			{Err: OutcomeUnknown},
+			{Outcome: Sent(w1, "k1")},
+			{Err: Conflict, Holder: "k1", Tenant: "t1"},
+			{},
+			{OK: true, Outcome: Sent(w1, "k1")},
+			{},
+			{},
+		}, got)
+	})
+	t.Run("a release frees its own tenant's claim only", func(t *testing.T) {
+		var m Model
+		got := applyAll(&m,
+			in("", Op{Kind: Submit, Key: "k1", W: w1, Send: SendFail, ClaimID: 1}),
+			in("t1", Op{Kind: Submit, Key: "k1", W: w1, Send: SendFail, ClaimID: 2}),
+			in("t1", Op{Kind: Release, Key: "k1"}),
+			in("", Op{Kind: ClaimedBy, W: w1}),
+			in("t1", Op{Kind: ClaimedBy, W: w1}))
+		assert.Equal(t, []Result{{Err: OutcomeUnknown}, {Err: OutcomeUnknown}, {}, {OK: true, Holder: "k1"}, {}}, got)
+	})
+	t.Run("an invalid tenant is refused and changes nothing", func(t *testing.T) {
+		for _, tenant := range badTenants {
+			var m Model
+			m.Apply(Op{Kind: Submit, Key: "k1", W: w1, Send: SendFail, ClaimID: 1})
+			before := m.String()
+			for _, op := range []Op{
+				{Kind: Submit, Key: "k2", W: w2, ClaimID: 2}, {Kind: Claim, Key: "k2", W: w2, ClaimID: 3},
+				{Kind: Settle, Key: "k1", W: w1, ClaimID: 1}, {Kind: Resolve, Key: "k1", W: w1},
+				{Kind: Release, Key: "k1"}, {Kind: Outcome, Key: "k1"}, {Kind: ClaimedBy, W: w1},
+			} {
+				assert.Equal(t, Result{Err: InvalidTenant}, m.Apply(in(tenant, op)), "%s in %q", kindNames[op.Kind], tenant)
+			}
+			assert.Equal(t, before, m.String())
+		}
+	})
+	t.Run("a tenant id is exact, at most 64 bytes of UTF-8 without NUL", func(t *testing.T) {
+		for _, tenant := range append(append([]string{}, tenants...), otherTenants...) {
+			assert.True(t, ValidTenant(tenant), "%q", tenant)
+		}
+		for _, tenant := range badTenants {
+			assert.False(t, ValidTenant(tenant), "%q", tenant)
+		}
+		var m Model
+		m.Apply(Op{Kind: Resolve, Tenant: "t1", Key: "k1", W: w1})
+		assert.Equal(t, Result{}, m.Apply(Op{Kind: Outcome, Tenant: "t1 ", Key: "k1"}), "t1 and t1 with a space are two tenants")
+	})
+	t.Run("states of two tenants differ", func(t *testing.T) {
+		a, b := &Model{}, &Model{}
+		a.Apply(Op{Kind: Resolve, Key: "k1", W: w1})
+		b.Apply(Op{Kind: Resolve, Tenant: "t1", Key: "k1", W: w1})
+		assert.False(t, a.Equal(b))
+		assert.NotEqual(t, a.String(), b.String())
+	})
+}
