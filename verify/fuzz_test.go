@@ -16,12 +16,10 @@ func FuzzOperations(f *testing.F) {
 	f.Add([]byte{0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01}) // the same Submit twice, on two ledgers
 	f.Add([]byte{0x00, 0x02, 0x00, 0x02, 0x02, 0x02, 0x00, 0x06, 0x00, 0x02, 0x00, 0x05})
 	f.Add([]byte{0x00, 0x02, 0x10, 0x00, 0x01, 0x02, 0x00, 0x04, 0x00, 0x00, 0x11, 0x01})
+	f.Add([]byte{0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x19, 0x04, 0x00, 0x00, 0x1a}) // the same Submit in two tenants, then ClaimedBy
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r := &runner{lanes: memoryLanes()}
-		for _, st := range decodeSteps(data) {
-			require.NoError(t, r.run(st))
-		}
-		require.NoError(t, r.finish())
+		require.NoError(t, r.runAll(decodeSteps(data)))
 	})
 }
 
@@ -31,8 +29,9 @@ func FuzzOperations(f *testing.F) {
 //     resolution of a Resolve (the others);
 //   - the key (the low four bits) and the withdrawal id;
 //   - the amount (the low three bits), currency (two) and destination;
-//   - the lane (the low two bits), and whether the step is one that the rail
-//     of the last Submit before it makes while it sends (bit 2).
+//   - the lane (the low two bits), whether the step is one that the rail
+//     of the last Submit before it makes while it sends (bit 2), and the
+//     tenant (the others, see fuzzTenant).
 //
 // A step in a rail whose Submit has none (SendNil), or that follows no
 // Submit, runs on its own.
@@ -44,8 +43,9 @@ func decodeSteps(data []byte) []step {
 		b := data[i : i+4]
 		st := step{
 			op: Op{
-				Kind: Kind((b[0] & 7) % 5),
-				Key:  pick(keys, b[1]&0x0f),
+				Kind:   Kind((b[0] & 7) % 5),
+				Tenant: fuzzTenant(b[3] >> 3),
+				Key:    pick(keys, b[1]&0x0f),
 				W: W{
 					ID:       pick(ids, b[1]>>4),
 					Amount:   pick(amounts, b[2]&0x07),
@@ -72,4 +72,21 @@ func decodeSteps(data []byte) []step {
 		}
 	}
 	return steps
+}
+
+// fuzzTenant reads n, five bits, as a tenant: by its low three, the default
+// tenant (0-2), t1 (3-5), another valid tenant (6) or one refused (7), the
+// last two chosen by the high two bits. Keys and withdrawals are read alike
+// in every tenant.
+func fuzzTenant(n byte) string {
+	pick := func(list []string) string { return list[int(n>>3)%len(list)] }
+	switch n & 7 {
+	case 0, 1, 2:
+		return ""
+	case 3, 4, 5:
+		return "t1"
+	case 6:
+		return pick(otherTenants)
+	}
+	return pick(badTenants)
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -37,6 +39,19 @@ const railBug = "rail bug"
 type lane struct {
 	s     *submissions.Submissions[W]
 	marks int
+}
+
+// view returns s working in tenant, reached one of three ways by way: the
+// default tenant as the ledger itself (then Tenant otherwise); Tenant; or
+// Tenant of a view of another tenant, which names a tenant of the same ledger.
+func view(s *submissions.Submissions[W], way int, tenant string) *submissions.Submissions[W] {
+	switch {
+	case way%3 == 0 && tenant == "":
+		return s
+	case way%3 == 2:
+		return s.Tenant("elsewhere").Tenant(tenant)
+	}
+	return s.Tenant(tenant)
 }
 
 // opaque hides a store's type, so that a ledger runs it as it runs any Store:
@@ -135,6 +150,7 @@ func single(s *submissions.Submissions[W], op Op) (res Result, err error) {
 var classes = []error{
 	submissions.ErrOutcomeNotRecorded, submissions.ErrOutcomeUnknown, submissions.ErrIdempotencyConflict,
 	submissions.ErrSubmissionInFlight, submissions.ErrStoreFailed, submissions.ErrInvalidKey, submissions.ErrInvalidFingerprint,
+	submissions.ErrInvalidTenant,
 }
 
 // classify says what an error means, as Model says it. An error no rule
@@ -160,11 +176,13 @@ func classify(err error) Result {
 	case errors.Is(err, submissions.ErrOutcomeUnknown) && errors.Is(err, errRail):
 		return Result{Err: OutcomeUnknown}
 	case errors.As(err, &conflict):
-		return Result{Err: Conflict, Holder: conflict.Holder}
+		return Result{Err: Conflict, Holder: conflict.Holder, Tenant: conflict.Tenant}
 	case errors.Is(err, submissions.ErrIdempotencyConflict):
 		return Result{Err: Idempotency}
 	case errors.Is(err, submissions.ErrSubmissionInFlight):
 		return Result{Err: InFlight}
+	case errors.Is(err, submissions.ErrInvalidTenant):
+		return Result{Err: InvalidTenant}
 	}
 	return Result{Err: Unexpected}
 }
@@ -180,19 +198,25 @@ type step struct {
 // runner runs steps on real ledgers and on a model, one at a time, and stops
 // at the first result that differs.
 type runner struct {
-	lanes  []lane
-	model  Model
-	claims int // the last Op.ClaimID given
+	lanes   []lane
+	model   Model
+	claims  int             // the last Op.ClaimID given
+	tenants map[string]bool // the tenants steps ran in
 }
 
 // run runs st, and the steps of its rail while its Submit sends, and returns
 // an error that says where the ledger and the model first differ.
 func (r *runner) run(st step) error {
 	l := r.lanes[st.lane]
+	s := view(l.s, st.lane, st.op.Tenant)
 	op := st.op
 	op.Ledger = l.marks
+	if r.tenants == nil {
+		r.tenants = map[string]bool{"": true}
+	}
+	r.tenants[op.Tenant] = true
 	if op.Kind != Submit {
-		got, err := single(l.s, op)
+		got, err := single(s, op)
 		return r.compare(op, got, r.model.Apply(op), err)
 	}
 	r.claims++
@@ -200,7 +224,7 @@ func (r *runner) run(st step) error {
 	ctx, cancel := context.WithCancel(bg)
 	defer cancel()
 	if op.Send == SendNil { // no rail: one step
-		got, err := submit(ctx, l.s, op, nil)
+		got, err := submit(ctx, s, op, nil)
 		return r.compare(op, got, r.model.Apply(op), err)
 	}
 	claimOp, settleOp := op, op
@@ -208,7 +232,7 @@ func (r *runner) run(st step) error {
 	claimed := r.model.Apply(claimOp)
 	var sent bool
 	var during error
-	got, err := submit(ctx, l.s, op, rail(op, cancel, func() {
+	got, err := submit(ctx, s, op, rail(op, cancel, func() {
 		sent = true
 		if !claimed.Claimed {
 			return // reported below
@@ -241,18 +265,35 @@ func (r *runner) compare(op Op, got, want Result, err error) error {
 	return nil
 }
 
-// finish compares what every ledger reads of every key and withdrawal in
-// the world with the model.
-func (r *runner) finish() error {
-	for i := range r.lanes {
-		for _, key := range keys {
-			if err := r.run(step{op: Op{Kind: Outcome, Key: key}, lane: i}); err != nil {
-				return fmt.Errorf("at the end: %w", err)
-			}
+// runAll runs steps, then finish.
+func (r *runner) runAll(steps []step) error {
+	for _, st := range steps {
+		if err := r.run(st); err != nil {
+			return err
 		}
-		for _, id := range ids {
-			if err := r.run(step{op: Op{Kind: ClaimedBy, W: W{ID: id}}, lane: i}); err != nil {
-				return fmt.Errorf("at the end: %w", err)
+	}
+	return r.finish()
+}
+
+// finish compares what every ledger reads of every key and withdrawal in
+// the world with the model, in the default tenant and every tenant a step
+// ran in.
+func (r *runner) finish() error {
+	tenants := slices.Sorted(maps.Keys(r.tenants))
+	if len(tenants) == 0 {
+		tenants = []string{""}
+	}
+	for i := range r.lanes {
+		for _, tenant := range tenants {
+			for _, key := range keys {
+				if err := r.run(step{op: Op{Kind: Outcome, Tenant: tenant, Key: key}, lane: i}); err != nil {
+					return fmt.Errorf("at the end: %w", err)
+				}
+			}
+			for _, id := range ids {
+				if err := r.run(step{op: Op{Kind: ClaimedBy, Tenant: tenant, W: W{ID: id}}, lane: i}); err != nil {
+					return fmt.Errorf("at the end: %w", err)
+				}
 			}
 		}
 	}
@@ -261,8 +302,16 @@ func (r *runner) finish() error {
 
 // The small world the sequential checks draw from: few keys and
 // withdrawals, so that operations meet; amounts and currencies spelled
-// several ways.
+// several ways. Every tenant draws from the same keys and withdrawals, so
+// that the same key and the same withdrawal are used in several tenants.
 var (
+	// tenants are where most operations run; otherTenants are valid too,
+	// and distinct from them (an id is exact, up to 64 bytes); badTenants
+	// are refused.
+	tenants      = []string{"", "t1"}
+	otherTenants = []string{"t1 ", strings.Repeat("t", 64), "tenant-é"}
+	badTenants   = []string{strings.Repeat("t", 65), "t1\x00", "t1\xff"}
+
 	keys     = []string{"k1", "k2", "k3", "k4"}
 	ids      = []string{"w1", "w2", "w3"}
 	amounts  = []string{"25.00", "25", "025.0", "26"}
@@ -298,6 +347,9 @@ func TestClassify(t *testing.T) {
 	}{
 		{"nil", nil, Result{}},
 		{"a conflict names its holder", &submissions.ConflictError{Holder: "k1", Key: "k2", WithdrawalID: "w1"}, Result{Err: Conflict, Holder: "k1"}},
+		{"and its tenant", &submissions.ConflictError{Tenant: "t1", Holder: "k1", Key: "k2", WithdrawalID: "w1"}, Result{Err: Conflict, Holder: "k1", Tenant: "t1"}},
+		{"an invalid tenant", wrap(submissions.ErrInvalidTenant), Result{Err: InvalidTenant}},
+		{"an invalid tenant and key", wrap(submissions.ErrInvalidTenant, submissions.ErrInvalidKey), Result{Err: Unexpected}},
 		{"idempotency", wrap(submissions.ErrIdempotencyConflict), Result{Err: Idempotency}},
 		{"in flight", wrap(submissions.ErrSubmissionInFlight), Result{Err: InFlight}},
 		{"outcome unknown with the rail's error", wrap(submissions.ErrOutcomeUnknown, errRail), Result{Err: OutcomeUnknown}},

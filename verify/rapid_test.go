@@ -32,24 +32,44 @@ func drawW(t *rapid.T, key string) W {
 	}
 }
 
-// drawStep draws a step on one of lanes ledgers, on key if it is not empty
-// (mostly). A Submit's rail makes up to three steps of its own while it
-// works, most of them on the Submit's key, when depth allows.
-func drawStep(t *rapid.T, lanes int, key string, depth int) step {
-	if key == "" || rapid.IntRange(0, 3).Draw(t, "other key") == 0 {
+// drawTenant draws a tenant: mostly one of tenants, now and then another
+// valid one or one that is refused.
+func drawTenant(t *rapid.T) string {
+	switch n := rapid.IntRange(0, 15).Draw(t, "tenant"); {
+	case n < 14:
+		return tenants[n%len(tenants)]
+	case n == 14:
+		return rapid.SampledFrom(otherTenants).Draw(t, "other tenant")
+	}
+	return rapid.SampledFrom(badTenants).Draw(t, "bad tenant")
+}
+
+// drawStep draws a step on one of lanes ledgers. A Submit's rail makes up
+// to three steps of its own while it works, when depth allows: most of them
+// on the Submit's key, half of them in its tenant. Keys and withdrawals are
+// drawn alike in every tenant.
+func drawStep(t *rapid.T, lanes int, tenant, key string, depth int) step {
+	outer := key == ""
+	if outer || rapid.IntRange(0, 3).Draw(t, "other key") == 0 {
 		key = rapid.SampledFrom(keys).Draw(t, "key")
+	}
+	if outer || rapid.Bool().Draw(t, "other tenant") {
+		tenant = drawTenant(t)
 	}
 	kinds := []Kind{Submit, Resolve, Release, Outcome, ClaimedBy}
 	if depth == 0 { // in a rail: mostly what can change the claim being sent
 		kinds = []Kind{Submit, Submit, Resolve, Release, Release, Release, Outcome}
 	}
-	st := step{op: Op{Kind: rapid.SampledFrom(kinds).Draw(t, "kind"), Key: key, W: drawW(t, key)}, lane: rapid.IntRange(0, lanes-1).Draw(t, "lane")}
+	st := step{
+		op:   Op{Kind: rapid.SampledFrom(kinds).Draw(t, "kind"), Tenant: tenant, Key: key, W: drawW(t, key)},
+		lane: rapid.IntRange(0, lanes-1).Draw(t, "lane"),
+	}
 	switch st.op.Kind {
 	case Submit:
 		st.op.Send = Send(rapid.IntRange(0, int(SendBoth)).Draw(t, "send"))
 		if depth > 0 && st.op.Send != SendNil {
 			for range rapid.IntRange(0, 3).Draw(t, "during") {
-				st.during = append(st.during, drawStep(t, lanes, key, depth-1))
+				st.during = append(st.during, drawStep(t, lanes, tenant, key, depth-1))
 			}
 		}
 	case Resolve:
@@ -67,7 +87,7 @@ func check(t *testing.T, rounds int, newLanes func(t *rapid.T) []lane) {
 		rapid.Check(t, func(t *rapid.T) {
 			r := &runner{lanes: newLanes(t)}
 			for range rapid.IntRange(1, 60).Draw(t, "steps") {
-				require.NoError(t, r.run(drawStep(t, len(r.lanes), "", 1)))
+				require.NoError(t, r.run(drawStep(t, len(r.lanes), "", "", 1)))
 			}
 			require.NoError(t, r.finish())
 		})
