@@ -35,24 +35,33 @@ import (
 // no moment to observe, so histories send with a function that returns the
 // request (the model's SendNil); the nil send itself is checked by the rapid
 // tests.
+//
+// Clients work in two tenants on the same keys and withdrawals, and now and
+// then in another tenant or one that is refused. Tenants are independent by
+// the rules, so a history is checked one tenant, and one group of keys and
+// withdrawals within it, at a time: a tenant that sees another's operations
+// has results its own cannot explain.
 
 // linConfig sizes a run of histories.
 type linConfig struct {
 	histories int // how many
 	clients   int // goroutines per history, released together
 	ops       int // operations per client
-	groups    int // independent sets of keys and withdrawals per history
+	// groups is how many independent sets of keys and withdrawals a
+	// history has. Every tenant uses the same sets, and the fewer they are,
+	// the more often operations meet on a key or a withdrawal.
+	groups int
 }
 
 // memoryRun sizes the run in memory. SUBMISSIONS_LIN_HISTORIES overrides
 // the count of histories of every run but the broken stores', for a longer
 // soak or a quicker look.
-var memoryRun = linConfig{histories: 5000, clients: 6, ops: 12, groups: 3}
+var memoryRun = linConfig{histories: 5000, clients: 6, ops: 12, groups: 2}
 
 func TestLinearizableMemory(t *testing.T) {
 	run := checkHistories(t, linSize(t, memoryRun), os.TempDir(), func(int) []lane { return memoryLanes() })
 	require.NoError(t, run.err())
-	figures.Add(t, "linearizable: %s, %d clients on 3 ledgers sharing one memory store (2 on the store itself, 1 through the Store interface)",
+	figures.Add(t, "linearizable: %s, %d clients in 2 tenants on the same keys, on 3 ledgers sharing one memory store (2 on the store itself, 1 through the Store interface)",
 		run, memoryRun.clients)
 }
 
@@ -215,7 +224,7 @@ func record(rng *rand.Rand, c linConfig, name string, lanes []lane) ([]porcupine
 					continue
 				}
 				begin := clock.Add(1)
-				res, err := single(l.s, cl.op)
+				res, err := single(view(l.s, cl.lane, cl.op.Tenant), cl.op)
 				add(porcupine.Operation{ClientId: client, Input: cl.op, Call: begin, Output: res, Return: clock.Add(1),
 					Metadata: meta{cl.lane, errText(err)}})
 			}
@@ -235,10 +244,18 @@ type call struct {
 }
 
 // drawCall draws an operation on one of a history's groups of three keys
-// and two withdrawals. A key mostly goes with one withdrawal, as a client's
-// retry does, and now and then with the other, or with another spelling of
-// it.
+// and two withdrawals, in one of two tenants that share the keys and
+// withdrawals (now and then in another tenant, valid or not). A key mostly
+// goes with one withdrawal, as a client's retry does, and now and then with
+// the other, or with another spelling of it.
 func drawCall(rng *rand.Rand, c linConfig, name string, lanes int) call {
+	tenant := tenants[rng.IntN(len(tenants))]
+	switch rng.IntN(20) {
+	case 0:
+		tenant = otherTenants[rng.IntN(len(otherTenants))]
+	case 1:
+		tenant = badTenants[rng.IntN(len(badTenants))]
+	}
 	g := rng.IntN(c.groups)
 	k := rng.IntN(3)
 	w := k % 2
@@ -254,7 +271,7 @@ func drawCall(rng *rand.Rand, c linConfig, name string, lanes int) call {
 	if rng.IntN(10) == 0 {
 		wd.Dest = "d2" // another destination: another withdrawal under the same id
 	}
-	op := Op{Key: fmt.Sprintf("%s-g%d-k%d", name, g, k), W: wd}
+	op := Op{Tenant: tenant, Key: fmt.Sprintf("%s-g%d-k%d", name, g, k), W: wd}
 	switch r := rng.IntN(100); {
 	case r < 55:
 		op.Kind = Submit
@@ -316,7 +333,7 @@ func recordSubmit(client int, l lane, cl call, clock *atomic.Int64, add func(por
 		return send(ctx, w)
 	}
 	begin := clock.Add(1)
-	res, err := submit(ctx, l.s, op, timed)
+	res, err := submit(ctx, view(l.s, cl.lane, op.Tenant), op, timed)
 	end := clock.Add(1)
 	if entered == 0 {
 		add(porcupine.Operation{ClientId: client, Input: claimOp, Call: begin, Output: res, Return: end, Metadata: meta{cl.lane, errText(err)}})
@@ -333,8 +350,8 @@ func errText(err error) string {
 	return err.Error()
 }
 
-// ledgerModel is Model as porcupine takes it. Histories split by group: no
-// operation of one group touches another's keys or withdrawals.
+// ledgerModel is Model as porcupine takes it. Histories split by tenant and
+// group: no operation of one touches another's keys or withdrawals.
 var ledgerModel = porcupine.Model{
 	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
 		byGroup := map[string][]porcupine.Operation{}
@@ -371,13 +388,22 @@ var ledgerModel = porcupine.Model{
 	},
 }
 
-// group is the part of a key or withdrawal id that names its group.
+// group names op's tenant and group: the part of its key or withdrawal id
+// before the last '-'.
 func group(op Op) string {
 	name := op.Key
 	if name == "" {
 		name = op.W.ID
 	}
-	return name[:strings.LastIndexByte(name, '-')]
+	return describeTenant(op.Tenant) + " " + name[:strings.LastIndexByte(name, '-')]
+}
+
+// describeTenant names a tenant, quoted, and in short if it is long.
+func describeTenant(tenant string) string {
+	if len(tenant) > 16 {
+		return fmt.Sprintf("%q…(%d bytes)", tenant[:8], len(tenant))
+	}
+	return strconv.Quote(tenant)
 }
 
 var kindNames = map[Kind]string{Submit: "Submit", Resolve: "Resolve", Release: "Release", Outcome: "Outcome", ClaimedBy: "ClaimedBy", Claim: "Claim", Settle: "Settle"}
@@ -390,10 +416,15 @@ func describeOp(in Op, out Result) string {
 // short is a name without the prefix of its history and group.
 func short(name string) string { return name[strings.LastIndexByte(name, '-')+1:] }
 
-// describeCall says what op was: kind@ledger(arguments).
+// describeCall says what op was: kind@ledger(arguments), with the tenant
+// after the ledger unless it is the default.
 func describeCall(in Op) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s@%d(", kindNames[in.Kind], in.Ledger)
+	fmt.Fprintf(&b, "%s@%d", kindNames[in.Kind], in.Ledger)
+	if in.Tenant != "" {
+		b.WriteString("/" + describeTenant(in.Tenant))
+	}
+	b.WriteString("(")
 	switch in.Kind {
 	case Submit, Claim, Resolve:
 		fmt.Fprintf(&b, "%s %s %s %s %s %s", short(in.Key), short(in.W.ID), in.W.Amount, in.W.Currency, in.W.Dest, in.W.TxHash)
@@ -421,6 +452,9 @@ func describeResult(in Op, out Result) string {
 		if out.Holder != "" {
 			b.WriteString(" " + short(out.Holder))
 		}
+		if out.Tenant != "" {
+			b.WriteString(" in " + describeTenant(out.Tenant))
+		}
 		if out.Outcome != (W{}) {
 			fmt.Fprintf(&b, " %s %s %s %s", short(out.Outcome.ID), out.Outcome.Amount, out.Outcome.Currency, out.Outcome.TxHash)
 		}
@@ -440,7 +474,8 @@ var (
 	sendNames = map[Send]string{SendOK: "sent", SendNil: "request", SendFail: "failed", SendPanic: "panicked",
 		SendWrong: "wrong", SendLate: "late", SendBoth: "answer and error"}
 	errNames = map[Err]string{Conflict: "Conflict", Idempotency: "Idempotency", InFlight: "InFlight",
-		OutcomeUnknown: "OutcomeUnknown", SendPanicked: "SendPanicked", NotRecorded: "NotRecorded", Unexpected: "Unexpected"}
+		OutcomeUnknown: "OutcomeUnknown", SendPanicked: "SendPanicked", NotRecorded: "NotRecorded", InvalidTenant: "InvalidTenant",
+		Unexpected: "Unexpected"}
 )
 
 // unexpected returns an operation of history that ended with an error no
@@ -455,7 +490,7 @@ func unexpected(history []porcupine.Operation) (porcupine.Operation, bool) {
 }
 
 // unraced returns a Resolve of history that answered InFlight with no
-// Release of its key that succeeded while it ran: the one answer Model.Step
+// Release of its key, in its tenant, that succeeded while it ran: the one answer Model.Step
 // allows on faith, checked here. If there is none, it returns how many
 // Resolves answered InFlight.
 func unraced(history []porcupine.Operation) (raced int, _ porcupine.Operation, _ bool) {
@@ -466,7 +501,7 @@ func unraced(history []porcupine.Operation) (raced int, _ porcupine.Operation, _
 		}
 		overlapped := slices.ContainsFunc(history, func(r porcupine.Operation) bool {
 			rin := r.Input.(Op)
-			return rin.Kind == Release && rin.Key == in.Key && r.Output.(Result) == (Result{}) &&
+			return rin.Kind == Release && rin.Tenant == in.Tenant && rin.Key == in.Key && r.Output.(Result) == (Result{}) &&
 				r.Call <= op.Return && op.Call <= r.Return
 		})
 		if !overlapped {

@@ -15,7 +15,7 @@ import (
 
 // postgresRun sizes the run on PostgreSQL (SUBMISSIONS_LIN_HISTORIES
 // overrides its count of histories).
-var postgresRun = linConfig{histories: 1000, clients: 6, ops: 12, groups: 3}
+var postgresRun = linConfig{histories: 1000, clients: 6, ops: 12, groups: 2}
 
 // postgresLanes returns three ledgers on table, as three instances of a
 // service, each with a Store of its own and marks of its own.
