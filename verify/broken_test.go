@@ -2,6 +2,8 @@ package verify
 
 import (
 	"context"
+	"errors"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -22,7 +24,7 @@ import (
 // this test: only a weaker check can.
 
 // brokenRun bounds the search for a history that catches a broken store.
-var brokenRun = linConfig{histories: 2000, clients: 6, ops: 12, groups: 3}
+var brokenRun = linConfig{histories: 2000, clients: 6, ops: 12, groups: 2}
 
 // guarded returns n ledgers on st, as n instances of a service, each with
 // marks of its own.
@@ -38,16 +40,51 @@ func TestBrokenStoresAreCaught(t *testing.T) {
 	for _, v := range []struct {
 		name string
 		new  func() submissions.Store[W]
+		// inSequence: the sequential checks catch it too, without a
+		// fuzzer's guidance; the others need calls that overlap.
+		inSequence bool
 	}{
-		{"WithdrawalClaimNotChecked", func() submissions.Store[W] { return newPerKeyClaims() }},
-		{"InFlightClaimsExpire", func() submissions.Store[W] { return expiringClaims{submissions.NewMemoryStore[W]()} }},
-		{"ClaimTokensIgnored", func() submissions.Store[W] { return tokenless{submissions.NewMemoryStore[W]()} }},
-		{"SettleOverwritesAnOutcome", func() submissions.Store[W] { return newOverwriting() }},
+		{"WithdrawalClaimNotChecked", func() submissions.Store[W] { return newPerKeyClaims() }, true},
+		{"InFlightClaimsExpire", func() submissions.Store[W] { return expiringClaims{submissions.NewMemoryStore[W]()} }, true},
+		{"ClaimTokensIgnored", func() submissions.Store[W] { return tokenless{submissions.NewMemoryStore[W]()} }, false},
+		{"SettleOverwritesAnOutcome", func() submissions.Store[W] { return newOverwriting() }, false},
+		{"TenantIgnored", func() submissions.Store[W] { return tenantBlind{submissions.NewMemoryStore[W]()} }, true},
 	} {
 		t.Run(v.name, func(t *testing.T) {
 			caught(t, brokenRun, func(int) []lane { return guarded(v.new(), 3) })
 		})
+		if v.inSequence {
+			t.Run(v.name+"/InSequence", func(t *testing.T) {
+				caughtInSequence(t, brokenSequences, func() []lane { return guarded(v.new(), 3) })
+			})
+		}
 	}
+}
+
+// brokenSequences bounds the search for a sequence that catches a broken
+// store.
+const brokenSequences = 2000
+
+// caughtInSequence runs sequences of steps on the lanes newLanes gives and
+// on the model, read from random bytes as FuzzOperations reads its input,
+// until a result differs, and fails t if none does within tries sequences.
+func caughtInSequence(t *testing.T, tries int, newLanes func() []lane) {
+	seed := linSeed(t)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	for i := range tries {
+		data := make([]byte, 4*(1+rng.IntN(64)))
+		for j := range data {
+			data[j] = byte(rng.Uint32())
+		}
+		r := &runner{lanes: newLanes()}
+		err := r.runAll(decodeSteps(data))
+		if err != nil {
+			t.Logf("sequence %d (SUBMISSIONS_LIN_SEED=%d): %v", i, seed, err)
+			figures.Add(t, "caught: sequence %d of at most %d differed from the model", i, tries)
+			return
+		}
+	}
+	t.Fatalf("no sequence of %d differed from the model (SUBMISSIONS_LIN_SEED=%d)", tries, seed)
 }
 
 // caught runs histories on the lanes newLanes gives until one is not
@@ -68,11 +105,11 @@ func caught(t *testing.T, c linConfig, newLanes func(h int) []lane) {
 type perKeyClaims struct {
 	st   submissions.Store[W] // holds each withdrawal id prefixed with its key
 	mu   sync.Mutex           // protects keys
-	keys map[string]bool      // every key claimed, for ClaimedBy
+	keys map[string][]string  // every key claimed in each tenant, for ClaimedBy
 }
 
 func newPerKeyClaims() *perKeyClaims {
-	return &perKeyClaims{st: submissions.NewMemoryStore[W](), keys: map[string]bool{}}
+	return &perKeyClaims{st: submissions.NewMemoryStore[W](), keys: map[string][]string{}}
 }
 
 // unscoped returns rec with its withdrawal id as the ledger gave it.
@@ -83,43 +120,39 @@ func unscoped(rec submissions.Record[W]) submissions.Record[W] {
 	return rec
 }
 
-func (s *perKeyClaims) Claim(ctx context.Context, key string, fp submissions.Fingerprint, outcome *W) (submissions.Record[W], bool, error) {
+func (s *perKeyClaims) Claim(ctx context.Context, tenant, key string, fp submissions.Fingerprint, outcome *W) (submissions.Record[W], bool, error) {
 	s.mu.Lock()
-	s.keys[key] = true
+	if !slices.Contains(s.keys[tenant], key) {
+		s.keys[tenant] = append(s.keys[tenant], key)
+	}
 	s.mu.Unlock()
 	fp.WithdrawalID = key + "\x00" + fp.WithdrawalID
-	rec, claimed, err := s.st.Claim(ctx, key, fp, outcome)
+	rec, claimed, err := s.st.Claim(ctx, tenant, key, fp, outcome)
 	return unscoped(rec), claimed, err
 }
 
-func (s *perKeyClaims) Settle(ctx context.Context, key string, token submissions.Token, outcome W) (submissions.Record[W], bool, error) {
-	rec, settled, err := s.st.Settle(ctx, key, token, outcome)
+func (s *perKeyClaims) Settle(ctx context.Context, tenant, key string, token submissions.Token, outcome W) (submissions.Record[W], bool, error) {
+	rec, settled, err := s.st.Settle(ctx, tenant, key, token, outcome)
 	return unscoped(rec), settled, err
 }
 
-func (s *perKeyClaims) Release(ctx context.Context, key string, token submissions.Token) (submissions.Record[W], bool, error) {
-	rec, released, err := s.st.Release(ctx, key, token)
+func (s *perKeyClaims) Release(ctx context.Context, tenant, key string, token submissions.Token) (submissions.Record[W], bool, error) {
+	rec, released, err := s.st.Release(ctx, tenant, key, token)
 	return unscoped(rec), released, err
 }
 
-func (s *perKeyClaims) Lookup(ctx context.Context, key string) (submissions.Record[W], bool, error) {
-	rec, ok, err := s.st.Lookup(ctx, key)
+func (s *perKeyClaims) Lookup(ctx context.Context, tenant, key string) (submissions.Record[W], bool, error) {
+	rec, ok, err := s.st.Lookup(ctx, tenant, key)
 	return unscoped(rec), ok, err
 }
 
 // ClaimedBy returns the first key, in order, that claims withdrawalID.
-func (s *perKeyClaims) ClaimedBy(ctx context.Context, withdrawalID string) (string, bool, error) {
+func (s *perKeyClaims) ClaimedBy(ctx context.Context, tenant, withdrawalID string) (string, bool, error) {
 	s.mu.Lock()
-	keys := slices.Sorted(func(yield func(string) bool) {
-		for k := range s.keys {
-			if !yield(k) {
-				return
-			}
-		}
-	})
+	keys := slices.Sorted(slices.Values(s.keys[tenant]))
 	s.mu.Unlock()
 	for _, k := range keys {
-		if holder, ok, err := s.st.ClaimedBy(ctx, k+"\x00"+withdrawalID); err != nil || ok {
+		if holder, ok, err := s.st.ClaimedBy(ctx, tenant, k+"\x00"+withdrawalID); err != nil || ok {
 			return holder, ok, err
 		}
 	}
@@ -131,15 +164,15 @@ func (s *perKeyClaims) ClaimedBy(ctx context.Context, withdrawalID string) (stri
 // and claims it anew.
 type expiringClaims struct{ submissions.Store[W] }
 
-func (s expiringClaims) Claim(ctx context.Context, key string, fp submissions.Fingerprint, outcome *W) (submissions.Record[W], bool, error) {
-	rec, claimed, err := s.Store.Claim(ctx, key, fp, outcome)
+func (s expiringClaims) Claim(ctx context.Context, tenant, key string, fp submissions.Fingerprint, outcome *W) (submissions.Record[W], bool, error) {
+	rec, claimed, err := s.Store.Claim(ctx, tenant, key, fp, outcome)
 	if err != nil || claimed || rec.Done {
 		return rec, claimed, err
 	}
-	if _, _, err := s.Store.Release(ctx, key, rec.Token); err != nil {
+	if _, _, err := s.Store.Release(ctx, tenant, key, rec.Token); err != nil {
 		return submissions.Record[W]{}, false, err
 	}
-	return s.Store.Claim(ctx, key, fp, outcome)
+	return s.Store.Claim(ctx, tenant, key, fp, outcome)
 }
 
 // tokenless ignores claim tokens: every claim has the same one, and Settle
@@ -157,28 +190,28 @@ func same(rec submissions.Record[W], ok bool, err error) (submissions.Record[W],
 	return rec, ok, err
 }
 
-func (s tokenless) Claim(ctx context.Context, key string, fp submissions.Fingerprint, outcome *W) (submissions.Record[W], bool, error) {
-	return same(s.Store.Claim(ctx, key, fp, outcome))
+func (s tokenless) Claim(ctx context.Context, tenant, key string, fp submissions.Fingerprint, outcome *W) (submissions.Record[W], bool, error) {
+	return same(s.Store.Claim(ctx, tenant, key, fp, outcome))
 }
 
-func (s tokenless) Lookup(ctx context.Context, key string) (submissions.Record[W], bool, error) {
-	return same(s.Store.Lookup(ctx, key))
+func (s tokenless) Lookup(ctx context.Context, tenant, key string) (submissions.Record[W], bool, error) {
+	return same(s.Store.Lookup(ctx, tenant, key))
 }
 
-func (s tokenless) Settle(ctx context.Context, key string, _ submissions.Token, outcome W) (submissions.Record[W], bool, error) {
-	cur, ok, err := s.Store.Lookup(ctx, key)
+func (s tokenless) Settle(ctx context.Context, tenant, key string, _ submissions.Token, outcome W) (submissions.Record[W], bool, error) {
+	cur, ok, err := s.Store.Lookup(ctx, tenant, key)
 	if err != nil || !ok {
 		return submissions.Record[W]{}, false, err
 	}
-	return same(s.Store.Settle(ctx, key, cur.Token, outcome))
+	return same(s.Store.Settle(ctx, tenant, key, cur.Token, outcome))
 }
 
-func (s tokenless) Release(ctx context.Context, key string, _ submissions.Token) (submissions.Record[W], bool, error) {
-	cur, ok, err := s.Store.Lookup(ctx, key)
+func (s tokenless) Release(ctx context.Context, tenant, key string, _ submissions.Token) (submissions.Record[W], bool, error) {
+	cur, ok, err := s.Store.Lookup(ctx, tenant, key)
 	if err != nil || !ok {
 		return submissions.Record[W]{}, false, err
 	}
-	return same(s.Store.Release(ctx, key, cur.Token))
+	return same(s.Store.Release(ctx, tenant, key, cur.Token))
 }
 
 // overwriting lets Settle write over an outcome already recorded on the
@@ -192,8 +225,8 @@ type overwriting struct {
 
 // claimOf names one claim.
 type claimOf struct {
-	key   string
-	token submissions.Token
+	tenant, key string
+	token       submissions.Token
 }
 
 func newOverwriting() *overwriting {
@@ -202,47 +235,79 @@ func newOverwriting() *overwriting {
 
 // latest returns rec, key's record, with the outcome last written over it.
 // The caller holds s.mu.
-func (s *overwriting) latest(key string, rec submissions.Record[W]) submissions.Record[W] {
-	if o, ok := s.over[claimOf{key, rec.Token}]; ok && rec.Done {
+func (s *overwriting) latest(tenant, key string, rec submissions.Record[W]) submissions.Record[W] {
+	if o, ok := s.over[claimOf{tenant, key, rec.Token}]; ok && rec.Done {
 		rec.Outcome = o
 	}
 	return rec
 }
 
-func (s *overwriting) Settle(ctx context.Context, key string, token submissions.Token, outcome W) (submissions.Record[W], bool, error) {
+func (s *overwriting) Settle(ctx context.Context, tenant, key string, token submissions.Token, outcome W) (submissions.Record[W], bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rec, settled, err := s.st.Settle(ctx, key, token, outcome)
+	rec, settled, err := s.st.Settle(ctx, tenant, key, token, outcome)
 	if err == nil && !settled && rec.Done && rec.Token == token {
-		s.over[claimOf{key, token}] = outcome
+		s.over[claimOf{tenant, key, token}] = outcome
 		rec.Outcome, settled = outcome, true
 	}
 	return rec, settled, err
 }
 
-func (s *overwriting) Claim(ctx context.Context, key string, fp submissions.Fingerprint, outcome *W) (submissions.Record[W], bool, error) {
+func (s *overwriting) Claim(ctx context.Context, tenant, key string, fp submissions.Fingerprint, outcome *W) (submissions.Record[W], bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rec, claimed, err := s.st.Claim(ctx, key, fp, outcome)
-	return s.latest(key, rec), claimed, err
+	rec, claimed, err := s.st.Claim(ctx, tenant, key, fp, outcome)
+	return s.latest(tenant, key, rec), claimed, err
 }
 
-func (s *overwriting) Release(ctx context.Context, key string, token submissions.Token) (submissions.Record[W], bool, error) {
+func (s *overwriting) Release(ctx context.Context, tenant, key string, token submissions.Token) (submissions.Record[W], bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rec, released, err := s.st.Release(ctx, key, token)
-	return s.latest(key, rec), released, err
+	rec, released, err := s.st.Release(ctx, tenant, key, token)
+	return s.latest(tenant, key, rec), released, err
 }
 
-func (s *overwriting) Lookup(ctx context.Context, key string) (submissions.Record[W], bool, error) {
+func (s *overwriting) Lookup(ctx context.Context, tenant, key string) (submissions.Record[W], bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rec, ok, err := s.st.Lookup(ctx, key)
-	return s.latest(key, rec), ok, err
+	rec, ok, err := s.st.Lookup(ctx, tenant, key)
+	return s.latest(tenant, key, rec), ok, err
 }
 
-func (s *overwriting) ClaimedBy(ctx context.Context, withdrawalID string) (string, bool, error) {
+func (s *overwriting) ClaimedBy(ctx context.Context, tenant, withdrawalID string) (string, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.st.ClaimedBy(ctx, withdrawalID)
+	return s.st.ClaimedBy(ctx, tenant, withdrawalID)
+}
+
+// tenantBlind ignores the tenant, as a table whose unique constraints leave
+// it out would: every tenant works in the default one's keys and claims. It
+// names the caller's tenant in a conflict, so that only what it does gives it
+// away, not what it says.
+type tenantBlind struct{ st submissions.Store[W] }
+
+func (s tenantBlind) Claim(ctx context.Context, tenant, key string, fp submissions.Fingerprint, outcome *W) (submissions.Record[W], bool, error) {
+	rec, claimed, err := s.st.Claim(ctx, "", key, fp, outcome)
+	if conflict, ok := errors.AsType[*submissions.ConflictError](err); ok {
+		named := *conflict
+		named.Tenant = tenant
+		err = &named
+	}
+	return rec, claimed, err
+}
+
+func (s tenantBlind) Settle(ctx context.Context, _, key string, token submissions.Token, outcome W) (submissions.Record[W], bool, error) {
+	return s.st.Settle(ctx, "", key, token, outcome)
+}
+
+func (s tenantBlind) Release(ctx context.Context, _, key string, token submissions.Token) (submissions.Record[W], bool, error) {
+	return s.st.Release(ctx, "", key, token)
+}
+
+func (s tenantBlind) Lookup(ctx context.Context, _, key string) (submissions.Record[W], bool, error) {
+	return s.st.Lookup(ctx, "", key)
+}
+
+func (s tenantBlind) ClaimedBy(ctx context.Context, _, withdrawalID string) (string, bool, error) {
+	return s.st.ClaimedBy(ctx, "", withdrawalID)
 }

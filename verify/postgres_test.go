@@ -48,13 +48,14 @@ func testTable(t *testing.T, pool *pgxpool.Pool, prefix string) string {
 
 // brokenPostgresRun bounds the search for a history that catches the broken
 // PostgreSQL store.
-var brokenPostgresRun = linConfig{histories: 300, clients: 6, ops: 12, groups: 3}
+var brokenPostgresRun = linConfig{histories: 300, clients: 6, ops: 12, groups: 2}
 
 func TestBrokenPostgresClaimIsCaught(t *testing.T) {
 	pool := testPool(t)
 	table := testTable(t, pool, "broken")
 	_, err := pool.Exec(bg, "CREATE TABLE "+table+` (
 		token         bigserial PRIMARY KEY,
+		tenant        text NOT NULL,
 		request_key   text NOT NULL,
 		withdrawal_id text NOT NULL,
 		amount        text NOT NULL,
@@ -105,13 +106,13 @@ func scanRecord(row pgx.Row) (rec submissions.Record[W], ok bool, err error) {
 	return rec, true, nil
 }
 
-func (s *checkThenInsert) Claim(ctx context.Context, key string, fp submissions.Fingerprint, outcome *W) (submissions.Record[W], bool, error) {
-	if rec, ok, err := s.Lookup(ctx, key); err != nil || ok {
+func (s *checkThenInsert) Claim(ctx context.Context, tenant, key string, fp submissions.Fingerprint, outcome *W) (submissions.Record[W], bool, error) {
+	if rec, ok, err := s.Lookup(ctx, tenant, key); err != nil || ok {
 		return rec, false, err
 	}
-	if holder, ok, err := s.ClaimedBy(ctx, fp.WithdrawalID); err != nil || ok {
+	if holder, ok, err := s.ClaimedBy(ctx, tenant, fp.WithdrawalID); err != nil || ok {
 		if ok {
-			err = &submissions.ConflictError{Holder: holder, Key: key, WithdrawalID: fp.WithdrawalID}
+			err = &submissions.ConflictError{Tenant: tenant, Holder: holder, Key: key, WithdrawalID: fp.WithdrawalID}
 		}
 		return submissions.Record[W]{}, false, err
 	}
@@ -123,47 +124,50 @@ func (s *checkThenInsert) Claim(ctx context.Context, key string, fp submissions.
 		}
 	}
 	rec, _, err := scanRecord(s.pool.QueryRow(ctx, "INSERT INTO "+s.table+
-		" (request_key, withdrawal_id, amount, currency, destination, outcome) VALUES ($1, $2, $3, $4, $5, $6) RETURNING "+columns,
-		key, fp.WithdrawalID, fp.Amount, fp.Currency, fp.Destination, encoded))
+		" (tenant, request_key, withdrawal_id, amount, currency, destination, outcome) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING "+columns,
+		tenant, key, fp.WithdrawalID, fp.Amount, fp.Currency, fp.Destination, encoded))
 	return rec, err == nil, err
 }
 
 // claimOf returns key's record of token, with ok false when there is none.
-func (s *checkThenInsert) claimOf(ctx context.Context, key string, token submissions.Token) (submissions.Record[W], bool, error) {
-	return scanRecord(s.pool.QueryRow(ctx, "SELECT "+columns+" FROM "+s.table+" WHERE request_key = $1 AND token = $2", key, int64(token)))
+func (s *checkThenInsert) claimOf(ctx context.Context, tenant, key string, token submissions.Token) (submissions.Record[W], bool, error) {
+	return scanRecord(s.pool.QueryRow(ctx, "SELECT "+columns+" FROM "+s.table+
+		" WHERE tenant = $1 AND request_key = $2 AND token = $3", tenant, key, int64(token)))
 }
 
-func (s *checkThenInsert) Settle(ctx context.Context, key string, token submissions.Token, outcome W) (submissions.Record[W], bool, error) {
+func (s *checkThenInsert) Settle(ctx context.Context, tenant, key string, token submissions.Token, outcome W) (submissions.Record[W], bool, error) {
 	encoded, err := json.Marshal(outcome)
 	if err != nil {
 		return submissions.Record[W]{}, false, err
 	}
-	rec, settled, err := scanRecord(s.pool.QueryRow(ctx, "UPDATE "+s.table+" SET outcome = $3"+
-		" WHERE request_key = $1 AND token = $2 AND outcome IS NULL RETURNING "+columns, key, int64(token), encoded))
+	rec, settled, err := scanRecord(s.pool.QueryRow(ctx, "UPDATE "+s.table+" SET outcome = $4"+
+		" WHERE tenant = $1 AND request_key = $2 AND token = $3 AND outcome IS NULL RETURNING "+columns, tenant, key, int64(token), encoded))
 	if err != nil || settled {
 		return rec, settled, err
 	}
-	rec, _, err = s.claimOf(ctx, key, token)
+	rec, _, err = s.claimOf(ctx, tenant, key, token)
 	return rec, false, err
 }
 
-func (s *checkThenInsert) Release(ctx context.Context, key string, token submissions.Token) (submissions.Record[W], bool, error) {
+func (s *checkThenInsert) Release(ctx context.Context, tenant, key string, token submissions.Token) (submissions.Record[W], bool, error) {
 	rec, released, err := scanRecord(s.pool.QueryRow(ctx, "DELETE FROM "+s.table+
-		" WHERE request_key = $1 AND token = $2 AND outcome IS NULL RETURNING "+columns, key, int64(token)))
+		" WHERE tenant = $1 AND request_key = $2 AND token = $3 AND outcome IS NULL RETURNING "+columns, tenant, key, int64(token)))
 	if err != nil || released {
 		return rec, released, err
 	}
-	rec, _, err = s.claimOf(ctx, key, token)
+	rec, _, err = s.claimOf(ctx, tenant, key, token)
 	return rec, false, err
 }
 
-func (s *checkThenInsert) Lookup(ctx context.Context, key string) (submissions.Record[W], bool, error) {
-	return scanRecord(s.pool.QueryRow(ctx, "SELECT "+columns+" FROM "+s.table+" WHERE request_key = $1 ORDER BY token LIMIT 1", key))
+func (s *checkThenInsert) Lookup(ctx context.Context, tenant, key string) (submissions.Record[W], bool, error) {
+	return scanRecord(s.pool.QueryRow(ctx, "SELECT "+columns+" FROM "+s.table+
+		" WHERE tenant = $1 AND request_key = $2 ORDER BY token LIMIT 1", tenant, key))
 }
 
-func (s *checkThenInsert) ClaimedBy(ctx context.Context, withdrawalID string) (string, bool, error) {
+func (s *checkThenInsert) ClaimedBy(ctx context.Context, tenant, withdrawalID string) (string, bool, error) {
 	var key string
-	err := s.pool.QueryRow(ctx, "SELECT request_key FROM "+s.table+" WHERE withdrawal_id = $1 ORDER BY token LIMIT 1", withdrawalID).Scan(&key)
+	err := s.pool.QueryRow(ctx, "SELECT request_key FROM "+s.table+
+		" WHERE tenant = $1 AND withdrawal_id = $2 ORDER BY token LIMIT 1", tenant, withdrawalID).Scan(&key)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", false, nil
 	}
