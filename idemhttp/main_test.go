@@ -55,22 +55,22 @@ var errStore = errors.New("store 10.0.0.9: password authentication failed")
 // brokenStore is a Store whose every call fails.
 type brokenStore struct{}
 
-func (brokenStore) Claim(context.Context, string, submissions.Fingerprint, *withdrawal) (submissions.Record[withdrawal], bool, error) {
+func (brokenStore) Claim(context.Context, string, string, submissions.Fingerprint, *withdrawal) (submissions.Record[withdrawal], bool, error) {
 	return submissions.Record[withdrawal]{}, false, errStore
 }
 
-func (brokenStore) Settle(context.Context, string, submissions.Token, withdrawal) (submissions.Record[withdrawal], bool, error) {
+func (brokenStore) Settle(context.Context, string, string, submissions.Token, withdrawal) (submissions.Record[withdrawal], bool, error) {
 	return submissions.Record[withdrawal]{}, false, errStore
 }
 
-func (brokenStore) Release(context.Context, string, submissions.Token) (submissions.Record[withdrawal], bool, error) {
+func (brokenStore) Release(context.Context, string, string, submissions.Token) (submissions.Record[withdrawal], bool, error) {
 	return submissions.Record[withdrawal]{}, false, errStore
 }
 
-func (brokenStore) Lookup(context.Context, string) (submissions.Record[withdrawal], bool, error) {
+func (brokenStore) Lookup(context.Context, string, string) (submissions.Record[withdrawal], bool, error) {
 	return submissions.Record[withdrawal]{}, false, errStore
 }
 
-func (brokenStore) ClaimedBy(context.Context, string) (string, bool, error) {
+func (brokenStore) ClaimedBy(context.Context, string, string) (string, bool, error) {
 	return "", false, errStore
 }

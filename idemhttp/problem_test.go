@@ -35,11 +35,7 @@ var (
 	}
 	invalidTenant ledgerError = func(t *testing.T) error {
 		l := submissions.New[withdrawal](quiet).Tenant(strings.Repeat("t", submissions.MaxTenantLen+1))
-		if _, err := l.Submit(t.Context(), "k1", newWithdrawal("wd-1"), sent); err != nil {
-			return err
-		}
-		// A ledger whose views do not check their tenant yet: the error as it says.
-		return fmt.Errorf("%w: longer than %d bytes", submissions.ErrInvalidTenant, submissions.MaxTenantLen)
+		return submitErr(t, l, t.Context(), "k1", newWithdrawal("wd-1"), sent)
 	}
 	invalidFingerprint ledgerError = func(t *testing.T) error {
 		w := newWithdrawal("wd-1")
