@@ -69,7 +69,9 @@ func TestInvalidTenantErrors(t *testing.T) {
 func TestLogsNameTheTenant(t *testing.T) {
 	var logs bytes.Buffer
 	s := submissions.New[withdrawal](submissions.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
-	failing := func(context.Context, withdrawal) (withdrawal, error) { return withdrawal{}, errors.New("rail timed out") }
+	failing := func(context.Context, withdrawal) (withdrawal, error) {
+		return withdrawal{}, errors.New("rail timed out")
+	}
 	_, err := s.Tenant("acme").Submit(bg, "req-1", newWithdrawal("w-1"), failing)
 	require.Error(t, err)
 	_, err = s.Submit(bg, "req-1", newWithdrawal("w-1"), failing)
