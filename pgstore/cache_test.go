@@ -17,13 +17,13 @@ func TestRecentKeysAreBounded(t *testing.T) {
 	key := func(i int) string { return fmt.Sprint("req-", i) }
 	const n = 2*recentCap + 1
 	for i := range n {
-		r.add(key(i))
+		r.add("", key(i))
 		require.LessOrEqual(t, len(r.new)+len(r.old), 2*recentCap, "keys remembered after %d", i+1)
 	}
 	for i := n - recentCap; i < n; i++ {
-		require.True(t, r.has(key(i)), "key %d of the last %d is forgotten", i, recentCap)
+		require.True(t, r.has("", key(i)), "key %d of the last %d is forgotten", i, recentCap)
 	}
-	assert.False(t, r.has(key(0)), "the first of %d keys is still remembered", n)
-	r.forget(key(n - 1))
-	assert.False(t, r.has(key(n-1)), "a forgotten key is still remembered")
+	assert.False(t, r.has("", key(0)), "the first of %d keys is still remembered", n)
+	r.forget("", key(n - 1))
+	assert.False(t, r.has("", key(n-1)), "a forgotten key is still remembered")
 }
