@@ -36,6 +36,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"resolve", resolveTests},
 		{"release", releaseTests},
 		{"reads", readTests},
+		{"tenants", tenantTests},
 		{"store failures", failureTests},
 		{"concurrency", concurrencyTests},
 		{"faults", faultTests},

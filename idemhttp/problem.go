@@ -1,0 +1,146 @@
+package idemhttp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/idemledger/submissions"
+)
+
+// The type URIs of the problems ProblemFor returns, one for each class of
+// error.
+const (
+	TypeInvalidKey         = "urn:submissions:problem:invalid-key"
+	TypeInvalidTenant      = "urn:submissions:problem:invalid-tenant"
+	TypeInvalidFingerprint = "urn:submissions:problem:invalid-fingerprint"
+	TypeWithdrawalClaimed  = "urn:submissions:problem:withdrawal-claimed"
+	TypeKeyReused          = "urn:submissions:problem:key-reused"
+	TypeKeyInFlight        = "urn:submissions:problem:key-in-flight"
+	TypeOutcomeUnknown     = "urn:submissions:problem:outcome-unknown"
+	TypeOutcomeNotRecorded = "urn:submissions:problem:outcome-not-recorded"
+	TypeStoreUnavailable   = "urn:submissions:problem:store-unavailable"
+	TypeRequestEnded       = "urn:submissions:problem:request-ended"
+	TypeInternal           = "urn:submissions:problem:internal"
+)
+
+// RetryAfter is the Retry-After value, in seconds, of WriteProblem's 503
+// responses and of a key in flight.
+const RetryAfter = "1"
+
+// Problem is an RFC 9457 problem details object.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	Holder string `json:"holder,omitempty"` // the request key holding the withdrawal, on a 409 for a withdrawal claimed by another key
+}
+
+// The problems of each class, as ProblemFor returns them.
+var (
+	problemInvalidKey = Problem{Type: TypeInvalidKey, Title: "Invalid idempotency key", Status: http.StatusBadRequest,
+		Detail: "The request key is not valid."}
+	problemInvalidTenant = Problem{Type: TypeInvalidTenant, Title: "Invalid tenant", Status: http.StatusBadRequest,
+		Detail: "The tenant is not valid."}
+	problemInvalidFingerprint = Problem{Type: TypeInvalidFingerprint, Title: "Invalid withdrawal", Status: http.StatusUnprocessableEntity,
+		Detail: "The withdrawal's id, amount, currency or destination is not valid."}
+	problemWithdrawalClaimed = Problem{Type: TypeWithdrawalClaimed, Title: "Withdrawal claimed by another key", Status: http.StatusConflict}
+	problemKeyReused         = Problem{Type: TypeKeyReused, Title: "Idempotency key reused", Status: http.StatusUnprocessableEntity,
+		Detail: "The request key belongs to another withdrawal."}
+	problemKeyInFlight = Problem{Type: TypeKeyInFlight, Title: "Request in flight", Status: http.StatusConflict,
+		Detail: "A request under this key is being sent, or ended without an answer. Retry under the same key later; never under a new key."}
+	problemOutcomeUnknown = Problem{Type: TypeOutcomeUnknown, Title: "Outcome unknown", Status: http.StatusBadGateway,
+		Detail: "The payment rail gave no answer: the money may have moved. The request key stays claimed until an operator looks at the rail, then resolves or releases it. Do not retry under a new key."}
+	problemOutcomeNotRecorded = Problem{Type: TypeOutcomeNotRecorded, Title: "Outcome not recorded", Status: http.StatusBadGateway,
+		Detail: "The payment rail answered, but the answer was not recorded: the money may have moved. The request key stays claimed until an operator looks at the rail, then resolves or releases it. Do not retry under a new key."}
+	problemStoreUnavailable = Problem{Type: TypeStoreUnavailable, Title: "Store unavailable", Status: http.StatusServiceUnavailable,
+		Detail: "Nothing was sent. Retry the same request later."}
+	problemRequestEnded = Problem{Type: TypeRequestEnded, Title: "Request ended", Status: http.StatusServiceUnavailable,
+		Detail: "The request ended before it was claimed: nothing was sent. Retry the same request."}
+	problemInternal = Problem{Type: TypeInternal, Title: "Internal error", Status: http.StatusInternalServerError,
+		Detail: "The request failed."}
+)
+
+// ProblemFor returns the problem that reports err to a client, by the class
+// of ledger error err is or wraps; any other error, and nil, is a 500. The
+// detail is fixed per class, never err's text, but for the errors of Key
+// (which say what is wrong with the field) and the holder of a
+// *submissions.ConflictError.
+func ProblemFor(err error) Problem {
+	switch {
+	case errors.Is(err, submissions.ErrOutcomeNotRecorded):
+		return problemOutcomeNotRecorded
+	case errors.Is(err, submissions.ErrOutcomeUnknown):
+		return problemOutcomeUnknown
+	case errors.Is(err, submissions.ErrInvalidKey):
+		p := problemInvalidKey
+		if msg, ok := keyMessage(err); ok {
+			p.Detail = msg + "."
+		}
+		return p
+	case errors.Is(err, submissions.ErrInvalidTenant):
+		return problemInvalidTenant
+	case errors.Is(err, submissions.ErrInvalidFingerprint):
+		return problemInvalidFingerprint
+	case errors.Is(err, submissions.ErrIdempotencyConflict):
+		if ce, ok := errors.AsType[*submissions.ConflictError](err); ok {
+			p := problemWithdrawalClaimed
+			p.Holder = ce.Holder
+			p.Detail = "The withdrawal is claimed by request key " + ce.Holder + "."
+			return p
+		}
+		return problemKeyReused
+	case errors.Is(err, submissions.ErrSubmissionInFlight):
+		return problemKeyInFlight
+	case errors.Is(err, submissions.ErrStoreFailed):
+		return problemStoreUnavailable
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return problemRequestEnded
+	}
+	return problemInternal
+}
+
+// WriteProblem writes p as application/problem+json with p.Status, and a
+// Retry-After of RetryAfter seconds on a 503 and on a key in flight. A
+// status outside 100-999 is written as 500.
+func WriteProblem(w http.ResponseWriter, p Problem) {
+	if p.Status < 100 || p.Status > 999 {
+		p.Status = http.StatusInternalServerError
+	}
+	body, err := json.Marshal(p)
+	if err != nil { // a Problem of strings and an int always encodes
+		panic(err)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	if p.Status == http.StatusServiceUnavailable || p.Type == TypeKeyInFlight {
+		h.Set("Retry-After", RetryAfter)
+	}
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+// WriteError writes the problem of err: WriteProblem(w, ProblemFor(err)).
+func WriteError(w http.ResponseWriter, err error) {
+	WriteProblem(w, ProblemFor(err))
+}
+
+// WriteJSON writes v as application/json with status, and
+// "Idempotent-Replayed: true" when replayed. If v cannot be encoded, it
+// writes the 500 problem instead.
+func WriteJSON(w http.ResponseWriter, status int, v any, replayed bool) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		WriteProblem(w, problemInternal)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	if replayed {
+		h.Set(ReplayedHeader, "true")
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}

@@ -1,0 +1,236 @@
+package idemhttp_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/idemhttp"
+)
+
+// ledgerError returns the error of a ledger call made to fail one way.
+type ledgerError func(t *testing.T) error
+
+func submitErr(t *testing.T, l *submissions.Submissions[withdrawal], ctx context.Context, key string, w withdrawal,
+	send func(context.Context, withdrawal) (withdrawal, error)) error {
+	t.Helper()
+	_, err := l.Submit(ctx, key, w, send)
+	require.Error(t, err)
+	return err
+}
+
+var (
+	invalidKey ledgerError = func(t *testing.T) error {
+		return submitErr(t, submissions.New[withdrawal](quiet), t.Context(), " ", newWithdrawal("wd-1"), sent)
+	}
+	invalidTenant ledgerError = func(t *testing.T) error {
+		l := submissions.New[withdrawal](quiet).Tenant(strings.Repeat("t", submissions.MaxTenantLen+1))
+		return submitErr(t, l, t.Context(), "k1", newWithdrawal("wd-1"), sent)
+	}
+	invalidFingerprint ledgerError = func(t *testing.T) error {
+		w := newWithdrawal("wd-1")
+		w.Amount = "-1"
+		return submitErr(t, submissions.New[withdrawal](quiet), t.Context(), "k1", w, sent)
+	}
+	withdrawalClaimed ledgerError = func(t *testing.T) error {
+		l := submissions.New[withdrawal](quiet)
+		_, err := l.Submit(t.Context(), "k1", newWithdrawal("wd-1"), sent)
+		require.NoError(t, err)
+		return submitErr(t, l, t.Context(), "k2", newWithdrawal("wd-1"), sent)
+	}
+	keyReused ledgerError = func(t *testing.T) error {
+		l := submissions.New[withdrawal](quiet)
+		_, err := l.Submit(t.Context(), "k1", newWithdrawal("wd-1"), sent)
+		require.NoError(t, err)
+		return submitErr(t, l, t.Context(), "k1", newWithdrawal("wd-2"), sent)
+	}
+	keyInFlight ledgerError = func(t *testing.T) error {
+		l := submissions.New[withdrawal](quiet)
+		_ = submitErr(t, l, t.Context(), "k1", newWithdrawal("wd-1"), failing)
+		return submitErr(t, l, t.Context(), "k1", newWithdrawal("wd-1"), sent)
+	}
+	outcomeUnknown ledgerError = func(t *testing.T) error {
+		return submitErr(t, submissions.New[withdrawal](quiet), t.Context(), "k1", newWithdrawal("wd-1"), failing)
+	}
+	// The rail's error is a context error: the money may have moved all the same.
+	outcomeUnknownDeadline ledgerError = func(t *testing.T) error {
+		return submitErr(t, submissions.New[withdrawal](quiet), t.Context(), "k1", newWithdrawal("wd-1"),
+			func(context.Context, withdrawal) (withdrawal, error) { return withdrawal{}, context.DeadlineExceeded })
+	}
+	notRecordedOtherWithdrawal ledgerError = func(t *testing.T) error {
+		return submitErr(t, submissions.New[withdrawal](quiet), t.Context(), "k1", newWithdrawal("wd-1"),
+			func(ctx context.Context, w withdrawal) (withdrawal, error) {
+				w, _ = sent(ctx, w)
+				w.ID = "wd-2"
+				return w, nil
+			})
+	}
+	notRecordedContextEnded ledgerError = func(t *testing.T) error {
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		return submitErr(t, submissions.New[withdrawal](quiet), ctx, "k1", newWithdrawal("wd-1"),
+			func(ctx context.Context, w withdrawal) (withdrawal, error) {
+				cancel()
+				return sent(ctx, w)
+			})
+	}
+	storeFailed ledgerError = func(t *testing.T) error {
+		return submitErr(t, submissions.NewWithStore[withdrawal](brokenStore{}, quiet), t.Context(), "k1", newWithdrawal("wd-1"), sent)
+	}
+	canceled ledgerError = func(t *testing.T) error {
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		return submitErr(t, submissions.New[withdrawal](quiet), ctx, "k1", newWithdrawal("wd-1"), sent)
+	}
+	deadline ledgerError = func(t *testing.T) error {
+		ctx, cancel := context.WithDeadline(t.Context(), time.Unix(0, 0))
+		defer cancel()
+		return submitErr(t, submissions.New[withdrawal](quiet), ctx, "k1", newWithdrawal("wd-1"), sent)
+	}
+	keyMissing ledgerError = func(*testing.T) error { return idemhttp.ErrKeyMissing }
+)
+
+// wrapped is the error of make wrapped twice, as a service might.
+func wrapped(make ledgerError) ledgerError {
+	return func(t *testing.T) error {
+		return fmt.Errorf("payoutd: withdraw: %w", fmt.Errorf("ledger: %w", make(t)))
+	}
+}
+
+func TestProblemFor(t *testing.T) {
+	tests := []struct {
+		name       string
+		err        ledgerError
+		is         error // what err must be, to know the test made the right one
+		status     int
+		typ        string
+		holder     string
+		retryAfter bool
+	}{
+		{"invalid key", invalidKey, submissions.ErrInvalidKey, 400, idemhttp.TypeInvalidKey, "", false},
+		{"key missing", keyMissing, idemhttp.ErrKeyMissing, 400, idemhttp.TypeInvalidKey, "", false},
+		{"invalid tenant", invalidTenant, submissions.ErrInvalidTenant, 400, idemhttp.TypeInvalidTenant, "", false},
+		{"invalid fingerprint", invalidFingerprint, submissions.ErrInvalidFingerprint, 422, idemhttp.TypeInvalidFingerprint, "", false},
+		{"withdrawal claimed", withdrawalClaimed, submissions.ErrIdempotencyConflict, 409, idemhttp.TypeWithdrawalClaimed, "k1", false},
+		{"key reused", keyReused, submissions.ErrIdempotencyConflict, 422, idemhttp.TypeKeyReused, "", false},
+		{"key in flight", keyInFlight, submissions.ErrSubmissionInFlight, 409, idemhttp.TypeKeyInFlight, "", true},
+		{"outcome unknown", outcomeUnknown, submissions.ErrOutcomeUnknown, 502, idemhttp.TypeOutcomeUnknown, "", false},
+		{"outcome unknown with a deadline", outcomeUnknownDeadline, context.DeadlineExceeded, 502, idemhttp.TypeOutcomeUnknown, "", false},
+		{"not recorded: another withdrawal", notRecordedOtherWithdrawal, submissions.ErrOutcomeNotRecorded, 502, idemhttp.TypeOutcomeNotRecorded, "", false},
+		{"not recorded: context ended", notRecordedContextEnded, context.Canceled, 502, idemhttp.TypeOutcomeNotRecorded, "", false},
+		{"store failed", storeFailed, submissions.ErrStoreFailed, 503, idemhttp.TypeStoreUnavailable, "", true},
+		{"canceled before the claim", canceled, context.Canceled, 503, idemhttp.TypeRequestEnded, "", true},
+		{"deadline before the claim", deadline, context.DeadlineExceeded, 503, idemhttp.TypeRequestEnded, "", true},
+		{"wrapped withdrawal claimed", wrapped(withdrawalClaimed), submissions.ErrIdempotencyConflict, 409, idemhttp.TypeWithdrawalClaimed, "k1", false},
+		{"wrapped key reused", wrapped(keyReused), submissions.ErrIdempotencyConflict, 422, idemhttp.TypeKeyReused, "", false},
+		{"wrapped outcome unknown", wrapped(outcomeUnknown), submissions.ErrOutcomeUnknown, 502, idemhttp.TypeOutcomeUnknown, "", false},
+		{"wrapped store failed", wrapped(storeFailed), submissions.ErrStoreFailed, 503, idemhttp.TypeStoreUnavailable, "", true},
+		{"wrapped key missing", wrapped(keyMissing), idemhttp.ErrKeyMissing, 400, idemhttp.TypeInvalidKey, "", false},
+		{"unknown", func(*testing.T) error { return errors.New("secret 10.0.0.1") }, nil, 500, idemhttp.TypeInternal, "", false},
+		{"nil", func(*testing.T) error { return nil }, nil, 500, idemhttp.TypeInternal, "", false},
+	}
+	types := map[string]string{} // type -> title, each title once
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.err(t)
+			if tt.is != nil {
+				require.ErrorIs(t, err, tt.is)
+			}
+			p := idemhttp.ProblemFor(err)
+			assert.Equal(t, tt.status, p.Status)
+			assert.Equal(t, tt.typ, p.Type)
+			assert.Equal(t, tt.holder, p.Holder)
+			assert.NotEmpty(t, p.Title)
+			assert.NotEmpty(t, p.Detail)
+			if tt.holder != "" {
+				assert.Contains(t, p.Detail, tt.holder)
+			}
+			for _, secret := range []string{"10.0.0"} {
+				assert.NotContains(t, p.Detail, secret, "no internal text in a problem")
+			}
+			if title, ok := types[p.Type]; ok {
+				assert.Equal(t, title, p.Title)
+			}
+			types[p.Type] = p.Title
+
+			rec := httptest.NewRecorder()
+			idemhttp.WriteError(rec, err)
+			assert.Equal(t, tt.status, rec.Code)
+			assert.Equal(t, "application/problem+json", rec.Header().Get("Content-Type"))
+			if tt.retryAfter {
+				assert.Equal(t, "1", rec.Header().Get("Retry-After"))
+			} else {
+				assert.Empty(t, rec.Header().Values("Retry-After"))
+			}
+			assert.Empty(t, rec.Header().Values(idemhttp.ReplayedHeader))
+			var got map[string]any
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &got))
+			assert.Equal(t, p.Type, got["type"])
+			assert.Equal(t, p.Title, got["title"])
+			assert.Equal(t, float64(tt.status), got["status"])
+			assert.Equal(t, p.Detail, got["detail"])
+			if tt.holder != "" {
+				assert.Equal(t, tt.holder, got["holder"])
+			} else {
+				assert.NotContains(t, got, "holder")
+			}
+		})
+	}
+	t.Run("every type has its own title", func(t *testing.T) {
+		titles := map[string]bool{}
+		for _, title := range types {
+			assert.False(t, titles[title], title)
+			titles[title] = true
+		}
+		assert.Len(t, types, 11)
+	})
+}
+
+func TestWriteProblem(t *testing.T) {
+	t.Run("503 gets Retry-After", func(t *testing.T) {
+		rec := httptest.NewRecorder()
+		idemhttp.WriteProblem(rec, idemhttp.Problem{Type: "urn:x", Title: "Down", Status: http.StatusServiceUnavailable})
+		assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+		assert.Equal(t, "1", rec.Header().Get("Retry-After"))
+		assert.JSONEq(t, `{"type":"urn:x","title":"Down","status":503}`, rec.Body.String())
+	})
+	t.Run("invalid status is 500", func(t *testing.T) {
+		rec := httptest.NewRecorder()
+		idemhttp.WriteProblem(rec, idemhttp.Problem{Type: "urn:x", Title: "Odd"})
+		assert.Equal(t, http.StatusInternalServerError, rec.Code)
+		assert.JSONEq(t, `{"type":"urn:x","title":"Odd","status":500}`, rec.Body.String())
+	})
+}
+
+func TestWriteJSON(t *testing.T) {
+	for _, replayed := range []bool{false, true} {
+		t.Run(fmt.Sprint("replayed ", replayed), func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			idemhttp.WriteJSON(rec, http.StatusCreated, newWithdrawal("wd-1"), replayed)
+			assert.Equal(t, http.StatusCreated, rec.Code)
+			assert.Equal(t, "application/json", rec.Header().Get("Content-Type"))
+			if replayed {
+				assert.Equal(t, []string{"true"}, rec.Header().Values(idemhttp.ReplayedHeader))
+			} else {
+				assert.Empty(t, rec.Header().Values(idemhttp.ReplayedHeader))
+			}
+			assert.JSONEq(t, `{"id":"wd-1","amount":"25.00","currency":"USDC","address":"0xabc","status":"approved"}`, rec.Body.String())
+		})
+	}
+	t.Run("unencodable is 500", func(t *testing.T) {
+		rec := httptest.NewRecorder()
+		idemhttp.WriteJSON(rec, http.StatusCreated, func() {}, false)
+		assert.Equal(t, http.StatusInternalServerError, rec.Code)
+		assert.Equal(t, "application/problem+json", rec.Header().Get("Content-Type"))
+	})
+}
