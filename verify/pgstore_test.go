@@ -37,7 +37,8 @@ func TestLinearizablePostgres(t *testing.T) {
 	// its own (they carry its number), so it starts from an empty ledger.
 	run := checkHistories(t, linSize(t, postgresRun), os.TempDir(), func(int) []lane { return lanes })
 	require.NoError(t, run.err())
-	figures.Add(t, "linearizable: %s, %d clients on 3 ledgers with a PostgreSQL store each, on one table", run, postgresRun.clients)
+	figures.Add(t, "linearizable: %s, %d clients in 2 tenants on the same keys, on 3 ledgers with a PostgreSQL store each, on one table",
+		run, postgresRun.clients)
 }
 
 func TestPostgresLedgersFollowTheModel(t *testing.T) {
