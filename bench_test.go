@@ -178,3 +178,24 @@ func (f *floor) replay(key string) (withdrawal, bool) {
 	}
 	return r.out, true
 }
+
+// BenchmarkTenantReplay is a replay through a tenant's view made for the
+// call, as a service makes one per request, beside its peer: the same replay
+// in the default tenant of the same ledger.
+func BenchmarkTenantReplay(b *testing.B) {
+	key, w := benchInput(1)
+	s := quietLedger()
+	_, err := s.Submit(bg, key, w, echo)
+	require.NoError(b, err)
+	_, err = s.Tenant("acme").Submit(bg, key, w, echo)
+	require.NoError(b, err)
+	paired(b, func(int) {
+		if _, err := s.Tenant("acme").Submit(bg, key, w, echo); err != nil {
+			b.Fatal(err)
+		}
+	}, func(int) {
+		if _, err := s.Submit(bg, key, w, echo); err != nil {
+			b.Fatal(err)
+		}
+	})
+}

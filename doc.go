@@ -26,6 +26,12 @@
 // service when the withdrawal is created, never minted by the client, and the
 // ledger must be the only path to a send.
 //
+// Keys and claims are per tenant: Tenant returns a view of the ledger in one
+// tenant, cheap to make per request, so that one tenant's clients never see
+// another's outcomes or holders. SubmitOrReplay tells a replay from a send;
+// the idemhttp package serves a ledger over HTTP with the Idempotency-Key
+// field.
+//
 // A ledger keeps its state in a Store. New keeps it in memory, where the
 // guarantees hold within one process; NewWithStore takes any other, such as
 // the PostgreSQL store of the pgstore module, where they hold across every

@@ -158,3 +158,25 @@ func Example_errorClasses() {
 	// refused, nothing sent: submission in flight: request key req-1
 	// refused, nothing sent: idempotency conflict: withdrawal wd-1 is claimed by request key req-1
 }
+
+// Two shops' clients mint the same request key for withdrawals that happen to
+// share an id: each shop's view keeps its own, and neither replays the
+// other's outcome.
+func ExampleSubmissions_Tenant() {
+	ctx := context.Background()
+	ledger := submissions.New[Withdrawal]()
+	w := Withdrawal{ID: "wd-1", Amount: "25.00", Currency: "USDC", Address: "0xabc", Status: "approved"}
+
+	for _, shop := range []string{"shop-a", "shop-b"} {
+		out, replayed, err := ledger.Tenant(shop).SubmitOrReplay(ctx, "tap-1", w, broadcast)
+		fmt.Println(shop, out.Status, replayed, err)
+	}
+	out, replayed, err := ledger.Tenant("shop-a").SubmitOrReplay(ctx, "tap-1", w, broadcast)
+	fmt.Println("shop-a again:", out.Status, replayed, err)
+	// Output:
+	// rail: sending wd-1
+	// shop-a sent false <nil>
+	// rail: sending wd-1
+	// shop-b sent false <nil>
+	// shop-a again: sent true <nil>
+}

@@ -72,7 +72,7 @@ func TestGuardForgetsEveryMark(t *testing.T) {
 	require.Panics(t, func() { _, _ = s.Submit(ctx, "req-4", transfer{ID: "w-4"}, nil) })
 	require.NoError(t, s.Release(ctx, "req-4"), "Release after the store panicked")
 
-	g := s.be.(*guard[transfer])
+	g := s.state().be.(*guard[transfer])
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	assert.Empty(t, g.claiming, "keys still being claimed once every call has returned")

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
+	"sync/atomic"
 )
 
 // Submissions is a submission ledger: it calls a service's send function at
@@ -21,15 +21,17 @@ import (
 // ledger that logs to slog.Default(). A Submissions must not be copied after
 // first use.
 type Submissions[R Fingerprinter] struct {
-	log *slog.Logger // nil means slog.Default()
+	shared    atomic.Pointer[shared[R]] // set when made, or by the zero value's first call
+	tenant    string                    // the tenant this ledger or view works in; "" is the default
+	tenantErr error                     // why tenant is not valid, or nil
+}
 
-	once    sync.Once    // sets be and mem for the zero value, and nilable
+// shared is what a ledger and its tenants' views have in common.
+type shared[R Fingerprinter] struct {
+	log     *slog.Logger // nil means slog.Default()
 	be      backend[R]   // where the state lives
 	mem     *memStore[R] // be, when it is the memory store, for its fast replay
 	nilable bool         // R is a type with a nil value, such as a pointer
-
-	tenant    string // the tenant this ledger or view works in; "" is the default
-	tenantErr error  // why tenant is not valid, or nil
 }
 
 // New returns an empty in-memory ledger.
@@ -41,16 +43,22 @@ func New[R Fingerprinter](opts ...Option) *Submissions[R] {
 // several processes may share one store: its atomic decisions keep each
 // withdrawal to one send among all of them. It panics if store is nil.
 func NewWithStore[R Fingerprinter](store Store[R], opts ...Option) *Submissions[R] {
-	s := &Submissions[R]{log: buildOptions(opts).logger}
-	switch st := store.(type) {
-	case nil:
+	if store == nil {
 		panic("submissions: NewWithStore with a nil Store")
-	case *memStore[R]:
-		s.be, s.mem = st, st
-	default:
-		s.be = newGuard(st)
 	}
+	s := &Submissions[R]{}
+	s.shared.Store(newShared(store, buildOptions(opts).logger))
 	return s
+}
+
+func newShared[R Fingerprinter](store Store[R], log *slog.Logger) *shared[R] {
+	sh := &shared[R]{log: log, nilable: nilable[R]()}
+	if m, ok := store.(*memStore[R]); ok {
+		sh.be, sh.mem = m, m
+	} else {
+		sh.be = newGuard(store)
+	}
+	return sh
 }
 
 // Tenant returns a view of the ledger that works in the tenant id: keys and
@@ -62,26 +70,22 @@ func NewWithStore[R Fingerprinter](store Store[R], opts ...Option) *Submissions[
 // not valid UTF-8 or with a NUL byte, every method of the view returns
 // ErrInvalidTenant.
 func (s *Submissions[R]) Tenant(id string) *Submissions[R] {
-	be := s.backend()
-	v := &Submissions[R]{log: s.log, be: be, mem: s.mem, nilable: s.nilable, tenant: id}
-	v.once.Do(func() {}) // be and nilable are set
-	if !validText(id, MaxTenantLen) && id != "" {
+	v := &Submissions[R]{tenant: id}
+	v.shared.Store(s.state())
+	if id != "" && !validText(id, MaxTenantLen) {
 		v.tenantErr = fmt.Errorf("%w: %s", ErrInvalidTenant, textProblem(id, MaxTenantLen))
 	}
 	return v
 }
 
-// backend returns where the ledger's state lives. Once it has returned,
-// s.nilable is set too.
-func (s *Submissions[R]) backend() backend[R] {
-	s.once.Do(func() {
-		if s.be == nil {
-			s.mem = &memStore[R]{}
-			s.be = s.mem
-		}
-		s.nilable = nilable[R]()
-	})
-	return s.be
+// state returns what the ledger shares with its views; a zero value gets an
+// empty memory store on its first call.
+func (s *Submissions[R]) state() *shared[R] {
+	if sh := s.shared.Load(); sh != nil {
+		return sh
+	}
+	s.shared.CompareAndSwap(nil, newShared[R](&memStore[R]{}, nil))
+	return s.shared.Load()
 }
 
 // errNilRequest is the error of a nil request or outcome, which has no
@@ -127,13 +131,13 @@ func (s *Submissions[R]) SubmitOrReplay(ctx context.Context, key string, req R,
 	if err := ctx.Err(); err != nil {
 		return zero, false, err
 	}
-	be := s.backend()
-	if s.nilable && isNil(req) {
+	sh := s.state()
+	if sh.nilable && isNil(req) {
 		return zero, false, errNilRequest(req)
 	}
 	given := req.Fingerprint()
-	if s.mem != nil {
-		if out, ok := s.mem.replay(s.tenant, key, &given); ok {
+	if sh.mem != nil {
+		if out, ok := sh.mem.replay(s.tenant, key, &given); ok {
 			s.note(ctx, slog.LevelInfo, "submission replayed", key, given.WithdrawalID, nil)
 			return *out, true, nil
 		}
@@ -142,12 +146,12 @@ func (s *Submissions[R]) SubmitOrReplay(ctx context.Context, key string, req R,
 	if err := normalize(&fp); err != nil {
 		return zero, false, err
 	}
-	held, outcome, sending, err := be.claimToSend(ctx, s.tenant, key, fp, given.Amount, given.Currency)
+	held, outcome, sending, err := sh.be.claimToSend(ctx, s.tenant, key, fp, given.Amount, given.Currency)
 	switch {
 	case err != nil:
 		return zero, false, fromStore(key, "claim", err)
 	case sending != nil:
-		out, err := s.sendAndRecord(ctx, sending, key, &fp, &given, &req, send)
+		out, err := s.sendAndRecord(ctx, sh, sending, key, &fp, &given, &req, send)
 		return out, false, err
 	case differing(&fp, held) != 0:
 		return zero, false, keyTaken(key)
@@ -160,7 +164,7 @@ func (s *Submissions[R]) SubmitOrReplay(ctx context.Context, key string, req R,
 
 // sendAndRecord calls send for the claim sending, and ends the claim's
 // send: with the answer recorded, or with none, the key left claimed.
-func (s *Submissions[R]) sendAndRecord(ctx context.Context, sending sending[R], key string, fp, given *Fingerprint, req *R,
+func (s *Submissions[R]) sendAndRecord(ctx context.Context, sh *shared[R], sending sending[R], key string, fp, given *Fingerprint, req *R,
 	send func(ctx context.Context, req R) (R, error)) (R, error) {
 	var zero R
 	// If this function does not return (send, the answer's Fingerprint or
@@ -177,7 +181,7 @@ func (s *Submissions[R]) sendAndRecord(ctx context.Context, sending sending[R], 
 	if send != nil {
 		out, err = send(ctx, *req)
 	}
-	if err == nil && s.nilable && isNil(out) {
+	if err == nil && sh.nilable && isNil(out) {
 		err = errNilAnswer
 	}
 	if err != nil {
@@ -263,8 +267,9 @@ func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) err
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	be := s.backend()
-	if s.nilable && isNil(outcome) {
+	sh := s.state()
+	be := sh.be
+	if sh.nilable && isNil(outcome) {
 		return errNilRequest(outcome)
 	}
 	fp := outcome.Fingerprint()
@@ -321,7 +326,7 @@ func (s *Submissions[R]) Release(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	rec, released, err := s.backend().releaseIdle(ctx, s.tenant, key)
+	rec, released, err := s.state().be.releaseIdle(ctx, s.tenant, key)
 	switch {
 	case errors.Is(err, errSending):
 		return inFlight(key)
@@ -350,7 +355,7 @@ func (s *Submissions[R]) Outcome(ctx context.Context, key string) (outcome R, ok
 	if err := ctx.Err(); err != nil {
 		return outcome, false, err
 	}
-	rec, found, err := s.backend().Lookup(ctx, s.tenant, key)
+	rec, found, err := s.state().be.Lookup(ctx, s.tenant, key)
 	switch {
 	case err != nil:
 		return outcome, false, fromStore(key, "lookup", err)
@@ -373,7 +378,7 @@ func (s *Submissions[R]) ClaimedBy(ctx context.Context, withdrawalID string) (ke
 	if !validText(withdrawalID, MaxWithdrawalIDLen) {
 		return "", false, nil
 	}
-	key, ok, err = s.backend().ClaimedBy(ctx, s.tenant, withdrawalID)
+	key, ok, err = s.state().be.ClaimedBy(ctx, s.tenant, withdrawalID)
 	if err != nil {
 		return "", false, fmt.Errorf("%w: withdrawal %s: %w", ErrStoreFailed, withdrawalID, err)
 	}
@@ -384,7 +389,7 @@ func (s *Submissions[R]) ClaimedBy(ctx context.Context, withdrawalID string) (ke
 // and the withdrawal, and err if not nil. It costs one call when the level is
 // disabled.
 func (s *Submissions[R]) note(ctx context.Context, level slog.Level, msg, key, withdrawalID string, err error) {
-	l := s.log
+	l := s.state().log
 	if l == nil {
 		l = slog.Default()
 	}
