@@ -16,23 +16,23 @@ import (
 // violation, so one more attempt almost always settles it.
 const attempts = 3
 
-// Claim implements submissions.Store: one INSERT whose unique constraints
-// decide; the new row's claim_id, drawn from an identity sequence, is the
-// claim's token. A violation on the key constraint means the key has a row
-// (a retry, or a concurrent claim that won), which is read and returned; a
-// violation on the withdrawal constraint means another key holds the
-// withdrawal, reported as a *submissions.ConflictError naming it. It returns
-// the key's record, token included: new with claimed true, or found with
-// claimed false.
+// Claim implements submissions.Store: one INSERT of tenant's row, whose
+// unique constraints decide; the new row's claim_id, drawn from an identity
+// sequence, is the claim's token. A violation on the key constraint means the
+// key has a row (a retry, or a concurrent claim that won), which is read and
+// returned; a violation on the withdrawal constraint means another key of the
+// tenant holds the withdrawal, reported as a *submissions.ConflictError
+// naming it. It returns the key's record, token included: new with claimed
+// true, or found with claimed false.
 //
-// A key this Store has claimed or found before, and not released since, is
-// most likely there still: a retry. For such a key Claim reads the row first,
-// a plain SELECT, and inserts only if the row has gone (released through
-// another Store meanwhile). A retry of a key that this Store has not seen
-// costs the INSERT that fails and the read.
-func (s *Store[R]) Claim(ctx context.Context, key string, fp submissions.Fingerprint, outcome *R) (submissions.Record[R], bool, error) {
-	if outcome == nil && s.recent.has(key) {
-		if rec, ok, err := s.Lookup(ctx, key); err != nil || ok {
+// A key this Store has claimed or found before in the same tenant, and not
+// released since, is most likely there still: a retry. For such a key Claim
+// reads the row first, a plain SELECT, and inserts only if the row has gone
+// (released through another Store meanwhile). A retry of a key that this
+// Store has not seen costs the INSERT that fails and the read.
+func (s *Store[R]) Claim(ctx context.Context, tenant, key string, fp submissions.Fingerprint, outcome *R) (submissions.Record[R], bool, error) {
+	if outcome == nil && s.recent.has(tenant, key) {
+		if rec, ok, err := s.Lookup(ctx, tenant, key); err != nil || ok {
 			return rec, false, err
 		}
 	}
@@ -46,35 +46,35 @@ func (s *Store[R]) Claim(ctx context.Context, key string, fp submissions.Fingerp
 	var err error
 	for range attempts {
 		var token int64
-		err = s.translate(s.pool.QueryRow(ctx, s.sql.insert, key, fp.WithdrawalID, fp.Amount, fp.Currency, fp.Destination, encoded).Scan(&token))
+		err = s.translate(s.pool.QueryRow(ctx, s.sql.insert, tenant, key, fp.WithdrawalID, fp.Amount, fp.Currency, fp.Destination, encoded).Scan(&token))
 		switch {
 		case err == nil:
-			s.recent.add(key)
+			s.recent.add(tenant, key)
 			rec := submissions.Record[R]{Fingerprint: fp, Done: outcome != nil, Token: submissions.Token(token)}
 			if outcome != nil {
 				rec.Outcome = *outcome
 			}
 			return rec, true, nil
 		case errors.Is(err, errKeyTaken):
-			rec, found, lerr := s.Lookup(ctx, key)
+			rec, found, lerr := s.Lookup(ctx, tenant, key)
 			switch {
 			case lerr != nil:
 				return submissions.Record[R]{}, false, lerr
 			case found:
-				s.recent.add(key)
+				s.recent.add(tenant, key)
 				return rec, false, nil
 			}
 			continue // released meanwhile: try again
 		case errors.Is(err, errWithdrawalTaken):
-			rec, found, holder, herr := s.holder(ctx, key, fp.WithdrawalID)
+			rec, found, holder, herr := s.holder(ctx, tenant, key, fp.WithdrawalID)
 			switch {
 			case herr != nil:
 				return submissions.Record[R]{}, false, herr
 			case found: // the key was claimed meanwhile, by a request of its own
-				s.recent.add(key)
+				s.recent.add(tenant, key)
 				return rec, false, nil
 			case holder != "" && holder != key:
-				return submissions.Record[R]{}, false, &submissions.ConflictError{Holder: holder, Key: key, WithdrawalID: fp.WithdrawalID}
+				return submissions.Record[R]{}, false, &submissions.ConflictError{Tenant: tenant, Holder: holder, Key: key, WithdrawalID: fp.WithdrawalID}
 			}
 			continue // released meanwhile: try again
 		}
@@ -83,15 +83,15 @@ func (s *Store[R]) Claim(ctx context.Context, key string, fp submissions.Fingerp
 	return submissions.Record[R]{}, false, fmt.Errorf("pgstore: claim request key %s: still contended after %d attempts: %w", key, attempts, err)
 }
 
-// holder reads key's record, if it has one, and otherwise the key that holds
-// withdrawalID ("" for none), both at the same moment.
-func (s *Store[R]) holder(ctx context.Context, key, withdrawalID string) (rec submissions.Record[R], found bool, holder string, err error) {
+// holder reads tenant's record of key, if it has one, and otherwise the key
+// of tenant that holds withdrawalID ("" for none), both at the same moment.
+func (s *Store[R]) holder(ctx context.Context, tenant, key, withdrawalID string) (rec submissions.Record[R], found bool, holder string, err error) {
 	var (
 		token                          *int64
 		id, amount, currency, dest, by *string
 		outcome                        []byte
 	)
-	if err := s.pool.QueryRow(ctx, s.sql.holder, key, withdrawalID).Scan(&token, &id, &amount, &currency, &dest, &outcome, &by); err != nil {
+	if err := s.pool.QueryRow(ctx, s.sql.holder, tenant, key, withdrawalID).Scan(&token, &id, &amount, &currency, &dest, &outcome, &by); err != nil {
 		return rec, false, "", s.translate(err)
 	}
 	if token != nil {
@@ -135,60 +135,60 @@ func (s *Store[R]) record(key string, row storedRow) (submissions.Record[R], err
 	return rec, nil
 }
 
-// Settle implements submissions.Store: one UPDATE that writes outcome on the
-// row of key and token while it has no outcome, and returns the settled
+// Settle implements submissions.Store: one UPDATE that writes outcome on
+// tenant's row of key and token while it has no outcome, and returns the settled
 // record. When it matches nothing, a read tells why: the claim is done (its
 // record, settled false) or gone (the zero Record).
-func (s *Store[R]) Settle(ctx context.Context, key string, token submissions.Token, outcome R) (submissions.Record[R], bool, error) {
+func (s *Store[R]) Settle(ctx context.Context, tenant, key string, token submissions.Token, outcome R) (submissions.Record[R], bool, error) {
 	encoded, err := s.encode(key, outcome)
 	if err != nil {
 		return submissions.Record[R]{}, false, err
 	}
 	var fp submissions.Fingerprint
-	err = s.pool.QueryRow(ctx, s.sql.settle, key, int64(token), encoded).Scan(&fp.WithdrawalID, &fp.Amount, &fp.Currency, &fp.Destination)
+	err = s.pool.QueryRow(ctx, s.sql.settle, tenant, key, int64(token), encoded).Scan(&fp.WithdrawalID, &fp.Amount, &fp.Currency, &fp.Destination)
 	switch {
 	case err == nil:
 		return submissions.Record[R]{Fingerprint: fp, Outcome: outcome, Done: true, Token: token}, true, nil
 	case !errors.Is(err, pgx.ErrNoRows):
 		return submissions.Record[R]{}, false, s.translate(err)
 	}
-	return s.claimDone(ctx, key, token)
+	return s.claimDone(ctx, tenant, key, token)
 }
 
-// Release implements submissions.Store: one DELETE of the row of key and
+// Release implements submissions.Store: one DELETE of tenant's row of key and
 // token while it has no outcome, which returns the deleted record; the claim
 // on the withdrawal is the same row, so it goes with it. When it matches
 // nothing, a read tells why: the claim is done (its record, released false)
 // or gone (the zero Record).
-func (s *Store[R]) Release(ctx context.Context, key string, token submissions.Token) (submissions.Record[R], bool, error) {
+func (s *Store[R]) Release(ctx context.Context, tenant, key string, token submissions.Token) (submissions.Record[R], bool, error) {
 	var fp submissions.Fingerprint
-	err := s.pool.QueryRow(ctx, s.sql.release, key, int64(token)).Scan(&fp.WithdrawalID, &fp.Amount, &fp.Currency, &fp.Destination)
+	err := s.pool.QueryRow(ctx, s.sql.release, tenant, key, int64(token)).Scan(&fp.WithdrawalID, &fp.Amount, &fp.Currency, &fp.Destination)
 	switch {
 	case err == nil:
-		s.recent.forget(key) // its next claim is most likely a fresh one
+		s.recent.forget(tenant, key) // its next claim is most likely a fresh one
 		return submissions.Record[R]{Fingerprint: fp, Token: token}, true, nil
 	case !errors.Is(err, pgx.ErrNoRows):
 		return submissions.Record[R]{}, false, s.translate(err)
 	}
-	return s.claimDone(ctx, key, token)
+	return s.claimDone(ctx, tenant, key, token)
 }
 
 // claimDone is the answer of a Settle or Release that matched no row: key's
 // record if it is token's claim (which, having been in flight under a token
 // its caller holds, can only be done now), and otherwise the zero Record.
-func (s *Store[R]) claimDone(ctx context.Context, key string, token submissions.Token) (submissions.Record[R], bool, error) {
-	rec, ok, err := s.Lookup(ctx, key)
+func (s *Store[R]) claimDone(ctx context.Context, tenant, key string, token submissions.Token) (submissions.Record[R], bool, error) {
+	rec, ok, err := s.Lookup(ctx, tenant, key)
 	if err != nil || !ok || rec.Token != token {
 		return submissions.Record[R]{}, false, err
 	}
 	return rec, false, nil
 }
 
-// Lookup implements submissions.Store: one SELECT of key's row, returned as
+// Lookup implements submissions.Store: one SELECT of tenant's row of key, returned as
 // its record with its token, or ok false when key has none.
-func (s *Store[R]) Lookup(ctx context.Context, key string) (submissions.Record[R], bool, error) {
+func (s *Store[R]) Lookup(ctx context.Context, tenant, key string) (submissions.Record[R], bool, error) {
 	var row storedRow
-	err := s.pool.QueryRow(ctx, s.sql.lookup, key).
+	err := s.pool.QueryRow(ctx, s.sql.lookup, tenant, key).
 		Scan(&row.token, &row.fp.WithdrawalID, &row.fp.Amount, &row.fp.Currency, &row.fp.Destination, &row.outcome)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -200,11 +200,11 @@ func (s *Store[R]) Lookup(ctx context.Context, key string) (submissions.Record[R
 	return rec, err == nil, err
 }
 
-// ClaimedBy implements submissions.Store: one SELECT of the key whose row
-// holds withdrawalID, or ok false when none does.
-func (s *Store[R]) ClaimedBy(ctx context.Context, withdrawalID string) (string, bool, error) {
+// ClaimedBy implements submissions.Store: one SELECT of the key whose row of
+// tenant holds withdrawalID, or ok false when none does.
+func (s *Store[R]) ClaimedBy(ctx context.Context, tenant, withdrawalID string) (string, bool, error) {
 	var key string
-	err := s.pool.QueryRow(ctx, s.sql.claimedBy, withdrawalID).Scan(&key)
+	err := s.pool.QueryRow(ctx, s.sql.claimedBy, tenant, withdrawalID).Scan(&key)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return "", false, nil
@@ -214,39 +214,44 @@ func (s *Store[R]) ClaimedBy(ctx context.Context, withdrawalID string) (string, 
 	return key, true, nil
 }
 
-// recentKeys is a bounded set of keys a Store has claimed or found: two
-// generations of at most recentCap keys each, the older dropped when the
-// newer fills.
+// recentKeys is a bounded set of keys a Store has claimed or found, each with
+// its tenant: two generations of at most recentCap keys each, the older
+// dropped when the newer fills.
 type recentKeys struct {
 	mu       sync.Mutex // protects both generations
-	new, old map[string]struct{}
+	new, old map[tenantKey]struct{}
 }
+
+// tenantKey is a request key of one tenant.
+type tenantKey struct{ tenant, key string }
 
 const recentCap = 1 << 16
 
-func (r *recentKeys) has(key string) bool {
+func (r *recentKeys) has(tenant, key string) bool {
+	k := tenantKey{tenant, key}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	_, inNew := r.new[key]
-	_, inOld := r.old[key]
+	_, inNew := r.new[k]
+	_, inOld := r.old[k]
 	return inNew || inOld
 }
 
-func (r *recentKeys) forget(key string) {
+func (r *recentKeys) forget(tenant, key string) {
+	k := tenantKey{tenant, key}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.new, key)
-	delete(r.old, key)
+	delete(r.new, k)
+	delete(r.old, k)
 }
 
-func (r *recentKeys) add(key string) {
+func (r *recentKeys) add(tenant, key string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.new) >= recentCap {
 		r.old, r.new = r.new, nil
 	}
 	if r.new == nil {
-		r.new = make(map[string]struct{})
+		r.new = make(map[tenantKey]struct{})
 	}
-	r.new[key] = struct{}{}
+	r.new[tenantKey{tenant, key}] = struct{}{}
 }

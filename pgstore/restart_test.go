@@ -437,7 +437,7 @@ func TestServerRestartedDuringARun(t *testing.T) {
 		if out, ok, err := ledger.Outcome(ctx, holder); err != nil || !ok || out != sent[0].answer {
 			fail("Outcome(%s): got %+v, %v, %v; want the rail's answer %+v", holder, out, ok, err, sent[0].answer)
 		}
-		if rec, ok, err := st.Lookup(ctx, sibling(holder)); err != nil || ok {
+		if rec, ok, err := st.Lookup(ctx, "", sibling(holder)); err != nil || ok {
 			fail("%s, the other key of %s: got %+v, %v, %v; want no record", sibling(holder), id, rec, ok, err)
 		}
 	})

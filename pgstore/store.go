@@ -12,20 +12,22 @@
 // exist fails every call with an error that says to call Migrate.
 //
 // One table holds both of the ledger's indexes: a row per request key, unique
-// on the key and unique on the withdrawal id. A claim is one INSERT, and the
-// name of the constraint it violates says whether the key or the withdrawal
-// was taken; a violation is never swallowed. Each row carries the claim's
-// token, an identity column that no earlier claim of the key had, and an
-// outcome is written and a claim released only on the row of that token. A
-// fresh submit costs two round trips (claim, then outcome); a replay one, a
-// plain SELECT, on an instance that has seen the key, and two elsewhere (the
-// INSERT that fails, then the SELECT). The SQL is plain INSERT, SELECT,
-// UPDATE and DELETE over unique constraints; Migrate alone uses an advisory
-// lock.
+// on the tenant and key and unique on the tenant and withdrawal id, so that
+// the keys and withdrawals of two tenants never collide. A claim is one
+// INSERT, and the name of the constraint it violates says whether the key or
+// the withdrawal was taken; a violation is never swallowed. Each row carries
+// the claim's token, an identity column that no earlier claim of the key had,
+// and an outcome is written and a claim released only on the row of that
+// token. A fresh submit costs two round trips (claim, then outcome); a replay
+// one, a plain SELECT, on an instance that has seen the key, and two
+// elsewhere (the INSERT that fails, then the SELECT). The SQL is plain
+// INSERT, SELECT, UPDATE and DELETE over unique constraints; Migrate alone
+// uses an advisory lock.
 //
-// The table holds every key, withdrawal id, destination and amount the
-// ledger accepts, up to its limits (submissions.MaxKeyLen and the others), on
-// a database whose encoding is UTF8.
+// The table holds every tenant id, key, withdrawal id, destination and amount
+// the ledger accepts, up to its limits (submissions.MaxTenantLen,
+// submissions.MaxKeyLen and the others), on a database whose encoding is
+// UTF8.
 package pgstore
 
 import (
@@ -59,7 +61,7 @@ type Store[R submissions.Fingerprinter] struct {
 	names  names
 	schema string // Schema's statements for this table
 	sql    statements
-	recent recentKeys // keys claimed or found here: a retry of one reads first
+	recent recentKeys // tenants' keys claimed or found here: a retry of one reads first
 }
 
 // statements are the store's SQL, for its table.
@@ -196,8 +198,9 @@ func (n names) ddl() string {
 	).Replace(schema)
 }
 
-// sqlFor returns the statements for n's table. Tenants are not used yet:
-// every row has the empty tenant.
+// sqlFor returns the statements for n's table. Every statement of a ledger
+// call takes the tenant as its first parameter and reads or writes only that
+// tenant's rows, through the unique constraints that both lead with it.
 func sqlFor(n names) statements {
 	const cols = "claim_id, withdrawal_id, amount, currency, destination, outcome"
 	const fpCols = "withdrawal_id, amount, currency, destination"
@@ -205,22 +208,22 @@ func sqlFor(n names) statements {
 	return statements{
 		// The claim: the unique constraints decide, and the row's token
 		// comes back.
-		insert: `INSERT INTO ` + table + ` (request_key, ` + fpCols + `, outcome, settled_at)
-VALUES ($1, $2, $3, $4, $5, $6::bytea, CASE WHEN $6::bytea IS NULL THEN NULL ELSE now() END)
+		insert: `INSERT INTO ` + table + ` (tenant, request_key, ` + fpCols + `, outcome, settled_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7::bytea, CASE WHEN $7::bytea IS NULL THEN NULL ELSE now() END)
 RETURNING claim_id`,
-		lookup:    `SELECT ` + cols + ` FROM ` + table + ` WHERE tenant = '' AND request_key = $1`,
-		claimedBy: `SELECT request_key FROM ` + table + ` WHERE tenant = '' AND withdrawal_id = $1`,
+		lookup:    `SELECT ` + cols + ` FROM ` + table + ` WHERE tenant = $1 AND request_key = $2`,
+		claimedBy: `SELECT request_key FROM ` + table + ` WHERE tenant = $1 AND withdrawal_id = $2`,
 		// After a claim lost on the withdrawal: the key's row and the
 		// withdrawal's holder, read in one snapshot, so that the answer is
 		// true at one moment.
 		holder: `SELECT k.claim_id, k.withdrawal_id, k.amount, k.currency, k.destination, k.outcome, h.request_key
 FROM (SELECT 1) AS one
-LEFT JOIN ` + table + ` k ON k.tenant = '' AND k.request_key = $1
-LEFT JOIN ` + table + ` h ON h.tenant = '' AND h.withdrawal_id = $2`,
-		settle: `UPDATE ` + table + ` SET outcome = $3, settled_at = now()
-WHERE tenant = '' AND request_key = $1 AND claim_id = $2 AND outcome IS NULL
+LEFT JOIN ` + table + ` k ON k.tenant = $1 AND k.request_key = $2
+LEFT JOIN ` + table + ` h ON h.tenant = $1 AND h.withdrawal_id = $3`,
+		settle: `UPDATE ` + table + ` SET outcome = $4, settled_at = now()
+WHERE tenant = $1 AND request_key = $2 AND claim_id = $3 AND outcome IS NULL
 RETURNING ` + fpCols,
-		release: `DELETE FROM ` + table + ` WHERE tenant = '' AND request_key = $1 AND claim_id = $2 AND outcome IS NULL
+		release: `DELETE FROM ` + table + ` WHERE tenant = $1 AND request_key = $2 AND claim_id = $3 AND outcome IS NULL
 RETURNING ` + fpCols,
 		// The lock is named after the table where CREATE TABLE puts it: an
 		// unqualified name is in current_schema(), so that "submissions" and

@@ -215,10 +215,10 @@ func TestAMissingTableSaysToCallMigrate(t *testing.T) {
 	checkLedger("Outcome", err)
 	_, _, err = ledger.ClaimedBy(bg, "w-1")
 	checkLedger("ClaimedBy", err)
-	_, _, err = st.Settle(bg, "req-1", 1, newW("w-1"))
+	_, _, err = st.Settle(bg, "", "req-1", 1, newW("w-1"))
 	check("Settle", err)
-	_, _, err = st.Release(bg, "req-1", 1)
+	_, _, err = st.Release(bg, "", "req-1", 1)
 	check("Store.Release", err)
-	_, _, _, err = st.holder(bg, "req-1", "w-1")
+	_, _, _, err = st.holder(bg, "", "req-1", "w-1")
 	check("the lost-claim read", err)
 }

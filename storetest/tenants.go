@@ -301,7 +301,7 @@ func tapInTenants(i int, tenants []string, instances []*submissions.Submissions[
 		return nil
 	}
 	if ce, ok := errors.AsType[*submissions.ConflictError](err); ok && ce.Tenant != tenant {
-		return fmt.Errorf("tenant %q: conflict in tenant %q: %w", tenant, ce.Tenant, err)
+		return fmt.Errorf("tenant %q: conflict in tenant %q: %v", tenant, ce.Tenant, err) // not wrapped: no refusal
 	}
 	return fmt.Errorf("tenant %q: %w", tenant, err)
 }
