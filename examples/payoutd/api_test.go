@@ -1,0 +1,296 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestDoubleTapSendsOnce(t *testing.T) {
+	forEachStore(t, func(t *testing.T, db string) {
+		a := serve(t, db, newRail(50*time.Millisecond, 0, 0), 10*time.Second)
+		ids := []string{create(t, a, ""), create(t, a, ""), create(t, a, "")}
+
+		got := taps(t, []string{a.url}, "", keyPer("tap-"), ids, 32)
+
+		want := map[string]int{}
+		for _, id := range ids {
+			want[id] = 1
+			sent := checkTaps(t, id, got[id])
+
+			res := do(t, "POST", a.url+"/withdrawals/"+id+"/submit", "-", "tap-"+id, "")
+			assert.Equal(t, http.StatusCreated, res.status)
+			assert.Equal(t, "true", res.header.Get("Idempotent-Replayed"))
+			assert.Equal(t, string(sent), string(res.body), "a replay after the taps")
+
+			w := do(t, "GET", a.url+"/withdrawals/"+id, "-", "-", "").withdrawal(t)
+			assert.Equal(t, ptr("tap-"+id), w.ClaimedBy)
+			body, err := json.Marshal(w.Withdrawal)
+			require.NoError(t, err)
+			assert.JSONEq(t, string(sent), string(body), "GET shows the withdrawal as sent")
+		}
+		assert.Equal(t, want, a.rail.Sends(), "the rail's own count")
+		assert.Equal(t, want, railSends(t, a.url), "GET /rail/sends")
+	})
+}
+
+func TestSecondKeyGetsHolder(t *testing.T) {
+	forEachStore(t, func(t *testing.T, db string) {
+		a := serve(t, db, newRail(50*time.Millisecond, 0, 0), 10*time.Second)
+
+		t.Run("after the send", func(t *testing.T) {
+			id := create(t, a, "")
+			res := do(t, "POST", a.url+"/withdrawals/"+id+"/submit", "-", "key-a", "")
+			require.Equal(t, http.StatusCreated, res.status, "%s", res.body)
+
+			res = do(t, "POST", a.url+"/withdrawals/"+id+"/submit", "-", "key-b", "")
+			require.Equal(t, http.StatusConflict, res.status, "%s", res.body)
+			p := res.problem(t)
+			assert.Equal(t, "key-a", p["holder"])
+			assert.Equal(t, 1, a.rail.Sends()[id])
+		})
+
+		t.Run("at once", func(t *testing.T) {
+			id := create(t, a, "")
+			got := taps(t, []string{a.url}, "", func(_ string, i int) string { return fmt.Sprintf("key-%d", i) }, []string{id}, 32)
+
+			var winners []string
+			var holders []any
+			for _, res := range got[id] {
+				switch res.status {
+				case http.StatusCreated:
+					assert.Empty(t, res.header.Values("Idempotent-Replayed"))
+					winners = append(winners, res.key)
+				case http.StatusConflict:
+					holders = append(holders, res.problem(t)["holder"])
+				default:
+					t.Errorf("status %d: %s", res.status, res.body)
+				}
+			}
+			require.Len(t, winners, 1, "one key sends")
+			assert.Len(t, holders, 31)
+			for _, h := range holders {
+				assert.Equal(t, winners[0], h, "every other key is told the holder")
+			}
+			assert.Equal(t, 1, a.rail.Sends()[id])
+			w := do(t, "GET", a.url+"/withdrawals/"+id, "-", "-", "").withdrawal(t)
+			assert.Equal(t, ptr(winners[0]), w.ClaimedBy)
+		})
+	})
+}
+
+func TestKeyReusedForAnotherWithdrawal(t *testing.T) {
+	forEachStore(t, func(t *testing.T, db string) {
+		a := serve(t, db, newRail(0, 0, 0), 10*time.Second)
+		first, second := create(t, a, ""), create(t, a, "")
+		res := do(t, "POST", a.url+"/withdrawals/"+first+"/submit", "-", "k", "")
+		require.Equal(t, http.StatusCreated, res.status, "%s", res.body)
+
+		res = do(t, "POST", a.url+"/withdrawals/"+second+"/submit", "-", "k", "")
+		require.Equal(t, http.StatusUnprocessableEntity, res.status, "%s", res.body)
+		p := res.problem(t)
+		assert.NotContains(t, p, "holder")
+
+		w := do(t, "GET", a.url+"/withdrawals/"+second, "-", "-", "").withdrawal(t)
+		assert.Equal(t, stateApproved, w.State)
+		assert.Nil(t, w.ClaimedBy)
+		assert.Contains(t, string(do(t, "GET", a.url+"/withdrawals/"+second, "-", "-", "").body), `"claimed_by":null`)
+		assert.Equal(t, map[string]int{first: 1}, railSends(t, a.url))
+	})
+}
+
+func TestTenantsAreApart(t *testing.T) {
+	forEachStore(t, func(t *testing.T, db string) {
+		a := serve(t, db, newRail(20*time.Millisecond, 0, 0), 10*time.Second)
+		tenants := []string{"acme", "globex", ""} // "" is the default tenant
+		ids := map[string]string{}
+		for _, tenant := range tenants {
+			ids[tenant] = create(t, a, tenant)
+		}
+
+		// The same key in every tenant: each tenant's withdrawal is sent,
+		// once; none replays another tenant's outcome.
+		want := map[string]int{}
+		for _, tenant := range tenants {
+			id := ids[tenant]
+			got := taps(t, []string{a.url}, tenant, sameKey("k1"), []string{id}, 8)
+			checkTaps(t, id, got[id])
+			want[id] = 1
+		}
+		assert.Equal(t, want, railSends(t, a.url))
+
+		for _, owner := range tenants {
+			id := ids[owner]
+			w := do(t, "GET", a.url+"/withdrawals/"+id, owner, "-", "").withdrawal(t)
+			assert.Equal(t, stateSent, w.State)
+			assert.Equal(t, ptr("k1"), w.ClaimedBy)
+			for _, other := range tenants {
+				if other == owner {
+					continue
+				}
+				res := do(t, "GET", a.url+"/withdrawals/"+id, other, "-", "")
+				assert.Equal(t, http.StatusNotFound, res.status, "tenant %q reads %q's withdrawal: %s", other, owner, res.body)
+				res.problem(t)
+				for _, key := range []string{"k1", "k2"} {
+					res := do(t, "POST", a.url+"/withdrawals/"+id+"/submit", other, key, "")
+					assert.Equal(t, http.StatusNotFound, res.status, "tenant %q submits %q's withdrawal: %s", other, owner, res.body)
+					res.problem(t)
+				}
+			}
+		}
+		res := do(t, "GET", a.url+"/withdrawals/"+ids[""], "-", "-", "")
+		assert.Equal(t, http.StatusOK, res.status, "no X-Tenant header is the default tenant")
+		assert.Equal(t, want, railSends(t, a.url))
+	})
+}
+
+func TestRailWithoutAnswer(t *testing.T) {
+	forEachStore(t, func(t *testing.T, db string) {
+		var f fates
+		r := newRail(0, 0, 0)
+		r.decide = f.decide
+		const sendTimeout = 300 * time.Millisecond
+		a := serve(t, db, r, sendTimeout)
+
+		for _, c := range []struct {
+			name  string
+			fate  fate
+			sends int // what the rail moved
+		}{
+			{"timeout", hang, 1},
+			{"refusal", refuse, 0},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				id := create(t, a, "")
+				f.set(id, c.fate)
+				start := time.Now()
+				res := do(t, "POST", a.url+"/withdrawals/"+id+"/submit", "-", "k-"+c.name, "")
+				require.Equal(t, http.StatusBadGateway, res.status, "%s", res.body)
+				res.problem(t)
+				if c.fate == hang {
+					assert.GreaterOrEqual(t, time.Since(start), sendTimeout, "the send ran until its timeout")
+				}
+
+				w := do(t, "GET", a.url+"/withdrawals/"+id, "-", "-", "").withdrawal(t)
+				assert.Equal(t, stateInFlight, w.State, "the key stays claimed, without an outcome")
+				assert.Equal(t, ptr("k-"+c.name), w.ClaimedBy)
+				assert.Empty(t, w.Tx)
+
+				res = do(t, "POST", a.url+"/withdrawals/"+id+"/submit", "-", "k-"+c.name, "")
+				assert.Equal(t, http.StatusConflict, res.status, "a retry of the key: %s", res.body)
+				assert.NotContains(t, res.problem(t), "holder")
+				res = do(t, "POST", a.url+"/withdrawals/"+id+"/submit", "-", "k-other", "")
+				assert.Equal(t, http.StatusConflict, res.status, "another key: %s", res.body)
+				assert.Equal(t, "k-"+c.name, res.problem(t)["holder"])
+
+				assert.Equal(t, c.sends, railSends(t, a.url)[id], "money moved")
+			})
+		}
+	})
+}
+
+func TestClientHangingUpDoesNotCutTheSend(t *testing.T) {
+	forEachStore(t, func(t *testing.T, db string) {
+		a := serve(t, db, newRail(300*time.Millisecond, 0, 0), 10*time.Second)
+		id := create(t, a, "")
+		tr := &http.Transport{DisableKeepAlives: true}
+		defer tr.CloseIdleConnections()
+		client := &http.Client{Transport: tr, Timeout: 50 * time.Millisecond}
+		_, err := request(client, "POST", a.url+"/withdrawals/"+id+"/submit", "-", "k", "")
+		require.Error(t, err, "the client gives up before the rail answers")
+
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			res, err := request(nil, "GET", a.url+"/withdrawals/"+id, "-", "-", "")
+			require.NoError(c, err)
+			var w Withdrawal
+			require.NoError(c, json.Unmarshal(res.body, &w))
+			assert.Equal(c, stateSent, w.State, "the send goes on and its answer is recorded")
+		}, 5*time.Second, 20*time.Millisecond)
+		res := do(t, "POST", a.url+"/withdrawals/"+id+"/submit", "-", "k", "")
+		assert.Equal(t, http.StatusCreated, res.status)
+		assert.Equal(t, "true", res.header.Get("Idempotent-Replayed"))
+		assert.Equal(t, map[string]int{id: 1}, railSends(t, a.url))
+	})
+}
+
+func TestRefusals(t *testing.T) {
+	forEachStore(t, func(t *testing.T, db string) {
+		a := serve(t, db, newRail(0, 0, 0), 10*time.Second)
+		id := create(t, a, "")
+		valid := `{"amount":"25.00","currency":"USDC","destination":"0xdest"}`
+		long := strings.Repeat("t", 65)
+
+		for _, c := range []struct {
+			name                  string
+			method, path, tenant  string
+			key, body             string
+			status                int
+			problemType, inDetail string
+		}{
+			{"malformed JSON", "POST", "/withdrawals", "-", "-", `{"amount":`, 400, "about:blank", "Malformed JSON"},
+			{"not an object", "POST", "/withdrawals", "-", "-", `[1]`, 400, "about:blank", "Malformed JSON"},
+			{"empty body", "POST", "/withdrawals", "-", "-", ``, 400, "about:blank", "empty"},
+			{"two objects", "POST", "/withdrawals", "-", "-", valid + valid, 400, "about:blank", "after the JSON object"},
+			{"body too large", "POST", "/withdrawals", "-", "-", `{"destination":"` + strings.Repeat("x", maxBody) + `"}`, 413, "about:blank", "over"},
+			{"negative amount", "POST", "/withdrawals", "-", "-", `{"amount":"-5","currency":"USDC","destination":"0xdest"}`, 422, "invalid-fingerprint", "Amount"},
+			{"amount not a number", "POST", "/withdrawals", "-", "-", `{"amount":"abc","currency":"USDC","destination":"0xdest"}`, 422, "invalid-fingerprint", "Amount"},
+			{"zero amount", "POST", "/withdrawals", "-", "-", `{"amount":"0.00","currency":"USDC","destination":"0xdest"}`, 422, "invalid-fingerprint", "Amount"},
+			{"amount a JSON number", "POST", "/withdrawals", "-", "-", `{"amount":25,"currency":"USDC","destination":"0xdest"}`, 422, "invalid-fingerprint", "amount"},
+			{"no amount", "POST", "/withdrawals", "-", "-", `{"currency":"USDC","destination":"0xdest"}`, 422, "invalid-fingerprint", "Amount"},
+			{"bad currency", "POST", "/withdrawals", "-", "-", `{"amount":"1","currency":"U$","destination":"0xdest"}`, 422, "invalid-fingerprint", "Currency"},
+			{"no destination", "POST", "/withdrawals", "-", "-", `{"amount":"1","currency":"USDC"}`, 422, "invalid-fingerprint", "Destination"},
+			{"create, invalid tenant", "POST", "/withdrawals", long, "-", valid, 400, "invalid-tenant", "X-Tenant"},
+			{"no key", "POST", "/withdrawals/" + id + "/submit", "-", "-", "", 400, "invalid-key", "missing"},
+			{"blank key", "POST", "/withdrawals/" + id + "/submit", "-", "  ", "", 400, "invalid-key", "empty"},
+			{"malformed key", "POST", "/withdrawals/" + id + "/submit", "-", `"k`, "", 400, "invalid-key", "malformed"},
+			{"submit, unknown id", "POST", "/withdrawals/wd_unknown/submit", "-", "k", "", 404, "about:blank", "wd_unknown"},
+			{"submit, invalid tenant", "POST", "/withdrawals/" + id + "/submit", long, "k", "", 400, "invalid-tenant", "X-Tenant"},
+			{"get, unknown id", "GET", "/withdrawals/wd_unknown", "-", "-", "", 404, "about:blank", "wd_unknown"},
+			{"get, invalid tenant", "GET", "/withdrawals/" + id, long, "-", "", 400, "invalid-tenant", "X-Tenant"},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				res := do(t, c.method, a.url+c.path, c.tenant, c.key, c.body)
+				require.Equal(t, c.status, res.status, "%s", res.body)
+				p := res.problem(t)
+				assert.True(t, strings.HasSuffix(p["type"].(string), c.problemType), "type %v", p["type"])
+				assert.Contains(t, p["detail"], c.inDetail)
+			})
+		}
+
+		t.Run("two tenants", func(t *testing.T) {
+			req, err := http.NewRequest("GET", a.url+"/withdrawals/"+id, nil)
+			require.NoError(t, err)
+			req.Header.Add(tenantHeader, "")
+			req.Header.Add(tenantHeader, "acme")
+			tr := &http.Transport{DisableKeepAlives: true}
+			defer tr.CloseIdleConnections()
+			res, err := (&http.Client{Transport: tr}).Do(req)
+			require.NoError(t, err)
+			res.Body.Close()
+			assert.Equal(t, http.StatusBadRequest, res.StatusCode)
+			assert.Equal(t, "application/problem+json", res.Header.Get("Content-Type"))
+		})
+
+		w := do(t, "GET", a.url+"/withdrawals/"+id, "-", "-", "").withdrawal(t)
+		assert.Equal(t, stateApproved, w.State, "no refusal touched the withdrawal")
+		assert.Empty(t, railSends(t, a.url))
+	})
+}
+
+// sameKey is the key of every tap.
+func sameKey(key string) func(string, int) string {
+	return func(string, int) string { return key }
+}
+
+// keyPer is the key of every tap on a withdrawal: prefix and its id.
+func keyPer(prefix string) func(string, int) string {
+	return func(id string, _ int) string { return prefix + id }
+}
+
+func ptr[T any](v T) *T { return &v }

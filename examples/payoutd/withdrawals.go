@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemledger/submissions"
+)
+
+// The states of a withdrawal, as GET /withdrawals/{id} reports them.
+const (
+	stateApproved = "approved"  // created; no request key holds it
+	stateInFlight = "in_flight" // a key holds it and its outcome is not known
+	stateSent     = "sent"      // the holder key's outcome: the rail took it
+)
+
+// Withdrawal is the service's withdrawal, the ledger's request and outcome.
+// Sending sets State and Tx, never the fingerprint's fields.
+type Withdrawal struct {
+	ID          string `json:"id"`
+	Amount      string `json:"amount"`
+	Currency    string `json:"currency"`
+	Destination string `json:"destination"`
+	State       string `json:"state"`
+	Tx          string `json:"tx,omitempty"` // the rail's reference, once sent
+}
+
+// Fingerprint is what identifies the withdrawal to the ledger.
+func (w Withdrawal) Fingerprint() submissions.Fingerprint {
+	return submissions.Fingerprint{WithdrawalID: w.ID, Amount: w.Amount, Currency: w.Currency, Destination: w.Destination}
+}
+
+// withdrawals keeps the withdrawals the service created, each owned by the
+// tenant that created it. Ids are global. An error of either method wraps
+// submissions.ErrStoreFailed.
+type withdrawals interface {
+	// create stores w, approved, for tenant.
+	create(ctx context.Context, tenant string, w Withdrawal) error
+	// get returns withdrawal id, with ok false when it does not exist or
+	// another tenant owns it.
+	get(ctx context.Context, tenant, id string) (w Withdrawal, ok bool, err error)
+}
+
+// memWithdrawals keeps withdrawals in this process.
+type memWithdrawals struct {
+	mu   sync.Mutex       // protects byID
+	byID map[string]owned // id -> withdrawal
+}
+
+type owned struct {
+	tenant string
+	w      Withdrawal
+}
+
+func (m *memWithdrawals) create(_ context.Context, tenant string, w Withdrawal) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.byID[w.ID]; ok {
+		return fmt.Errorf("%w: withdrawal %s exists", submissions.ErrStoreFailed, w.ID)
+	}
+	if m.byID == nil {
+		m.byID = make(map[string]owned)
+	}
+	m.byID[w.ID] = owned{tenant, w}
+	return nil
+}
+
+func (m *memWithdrawals) get(_ context.Context, tenant, id string) (Withdrawal, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o, ok := m.byID[id]
+	if !ok || o.tenant != tenant {
+		return Withdrawal{}, false, nil
+	}
+	return o.w, true, nil
+}
+
+// pgWithdrawals keeps withdrawals in PostgreSQL, in the table
+// payoutd_withdrawals of the connection's current schema, shared by every
+// payoutd process on the database.
+type pgWithdrawals struct {
+	pool *pgxpool.Pool
+}
+
+// migrate creates the table unless it exists; safe from every process at
+// every start. Processes starting at once on one database would race in
+// CREATE TABLE IF NOT EXISTS (the loser fails on a catalog's unique index), so
+// it runs under a transaction-scoped advisory lock named after the schema and
+// table.
+func (p *pgWithdrawals) migrate(ctx context.Context) error {
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended(
+	'payoutd migrate ' || coalesce(current_schema(), '') || '.payoutd_withdrawals', 0))`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS payoutd_withdrawals (
+    id          text        PRIMARY KEY,
+    tenant      text        NOT NULL,
+    amount      text        NOT NULL,
+    currency    text        NOT NULL,
+    destination text        NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now()
+)`)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("create payoutd_withdrawals: %w", err)
+	}
+	return nil
+}
+
+func (p *pgWithdrawals) create(ctx context.Context, tenant string, w Withdrawal) error {
+	_, err := p.pool.Exec(ctx, `INSERT INTO payoutd_withdrawals (id, tenant, amount, currency, destination)
+VALUES ($1, $2, $3, $4, $5)`, w.ID, tenant, w.Amount, w.Currency, w.Destination)
+	if err != nil {
+		return fmt.Errorf("%w: create withdrawal %s: %w", submissions.ErrStoreFailed, w.ID, err)
+	}
+	return nil
+}
+
+func (p *pgWithdrawals) get(ctx context.Context, tenant, id string) (Withdrawal, bool, error) {
+	w := Withdrawal{ID: id, State: stateApproved}
+	err := p.pool.QueryRow(ctx, `SELECT amount, currency, destination FROM payoutd_withdrawals
+WHERE id = $1 AND tenant = $2`, id, tenant).Scan(&w.Amount, &w.Currency, &w.Destination)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return Withdrawal{}, false, nil
+	case err != nil:
+		return Withdrawal{}, false, fmt.Errorf("%w: read withdrawal %s: %w", submissions.ErrStoreFailed, id, err)
+	}
+	return w, true, nil
+}
