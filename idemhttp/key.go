@@ -124,7 +124,7 @@ func parseString(v string) (string, error) {
 				return "", trailing(v[i+1:])
 			}
 			return b.String(), nil
-		case c < 0x20 || c > 0x7e:
+		case !visible(c):
 			return "", malformed("invalid character")
 		default:
 			b.WriteByte(c)
@@ -137,7 +137,7 @@ func parseString(v string) (string, error) {
 func parseBare(v string) (string, error) {
 	for i := 0; i < len(v); i++ {
 		if !bareChar(v[i]) {
-			if v[i] < 0x20 || v[i] > 0x7e {
+			if !visible(v[i]) {
 				return "", malformed("invalid character")
 			}
 			return "", trailing(v[i:])
@@ -152,6 +152,12 @@ func trailing(rest string) error {
 		return malformed("parameters are not accepted")
 	}
 	return malformed("text after the key")
+}
+
+// visible reports whether c is a visible ASCII character or a space, what an
+// sf-string may hold.
+func visible(c byte) bool {
+	return ' ' <= c && c <= '~'
 }
 
 // bareChar reports whether c may be part of a bare key: an RFC 9110 tchar,

@@ -104,9 +104,9 @@ func ProblemFor(err error) Problem {
 
 // WriteProblem writes p as application/problem+json with p.Status, and a
 // Retry-After of RetryAfter seconds on a 503 and on a key in flight. A
-// status outside 100-999 is written as 500.
+// status that is not an error (outside 400-599) is written as 500.
 func WriteProblem(w http.ResponseWriter, p Problem) {
-	if p.Status < 100 || p.Status > 999 {
+	if p.Status < 400 || p.Status > 599 {
 		p.Status = http.StatusInternalServerError
 	}
 	body, err := json.Marshal(p)

@@ -204,12 +204,14 @@ func TestWriteProblem(t *testing.T) {
 		assert.Equal(t, "1", rec.Header().Get("Retry-After"))
 		assert.JSONEq(t, `{"type":"urn:x","title":"Down","status":503}`, rec.Body.String())
 	})
-	t.Run("invalid status is 500", func(t *testing.T) {
-		rec := httptest.NewRecorder()
-		idemhttp.WriteProblem(rec, idemhttp.Problem{Type: "urn:x", Title: "Odd"})
-		assert.Equal(t, http.StatusInternalServerError, rec.Code)
-		assert.JSONEq(t, `{"type":"urn:x","title":"Odd","status":500}`, rec.Body.String())
-	})
+	for status, want := range map[int]int{0: 500, 200: 500, 399: 500, 400: 400, 599: 599, 600: 500} {
+		t.Run(fmt.Sprint("status ", status), func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			idemhttp.WriteProblem(rec, idemhttp.Problem{Type: "urn:x", Title: "Odd", Status: status})
+			assert.Equal(t, want, rec.Code)
+			assert.JSONEq(t, fmt.Sprintf(`{"type":"urn:x","title":"Odd","status":%d}`, want), rec.Body.String())
+		})
+	}
 }
 
 func TestWriteJSON(t *testing.T) {
