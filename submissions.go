@@ -70,12 +70,19 @@ func newShared[R Fingerprinter](store Store[R], log *slog.Logger) *shared[R] {
 // not valid UTF-8 or with a NUL byte, every method of the view returns
 // ErrInvalidTenant.
 func (s *Submissions[R]) Tenant(id string) *Submissions[R] {
-	v := &Submissions[R]{tenant: id}
+	v := &Submissions[R]{tenant: id, tenantErr: ValidateTenant(id)}
 	v.shared.Store(s.state())
-	if id != "" && !validText(id, MaxTenantLen) {
-		v.tenantErr = fmt.Errorf("%w: %s", ErrInvalidTenant, textProblem(id, MaxTenantLen))
-	}
 	return v
+}
+
+// ValidateTenant returns nil if id is a valid tenant id ("" included), and
+// otherwise the error wrapping ErrInvalidTenant that every method of its view
+// returns: the check Tenant makes, for a service to run where the id comes in.
+func ValidateTenant(id string) error {
+	if id != "" && !validText(id, MaxTenantLen) {
+		return fmt.Errorf("%w: %s", ErrInvalidTenant, textProblem(id, MaxTenantLen))
+	}
+	return nil
 }
 
 // state returns what the ledger shares with its views; a zero value gets an

@@ -59,6 +59,10 @@ func TestInvalidTenantErrors(t *testing.T) {
 		_, err := s.Tenant(tenant).Submit(bg, "", newWithdrawal("w-1"), nil)
 		assert.EqualError(t, err, want)
 		assert.ErrorIs(t, err, submissions.ErrInvalidTenant)
+		assert.EqualError(t, submissions.ValidateTenant(tenant), want, "ValidateTenant")
+	}
+	for _, tenant := range []string{"", "acme", " acme ", strings.Repeat("é", submissions.MaxTenantLen/2)} {
+		assert.NoError(t, submissions.ValidateTenant(tenant), "%q", tenant)
 	}
 	_, err := s.Tenant(strings.Repeat("t", submissions.MaxTenantLen)).Submit(bg, "req-1", newWithdrawal("w-1"), nil)
 	assert.NoError(t, err, "a tenant at the limit")

@@ -8,9 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -204,21 +202,18 @@ func (s *server) withdrawal(w http.ResponseWriter, r *http.Request, tenant strin
 // the ledger would refuse, or two of them, is a 400 problem, written here.
 func tenantOf(w http.ResponseWriter, r *http.Request) (string, bool) {
 	values := r.Header.Values(tenantHeader)
-	var problem string
-	switch {
-	case len(values) == 0:
+	if len(values) == 0 {
 		return "", true
-	case len(values) > 1:
-		problem = "more than one " + tenantHeader + " header"
-	case len(values[0]) > submissions.MaxTenantLen:
-		problem = fmt.Sprintf("longer than %d bytes", submissions.MaxTenantLen)
-	case !utf8.ValidString(values[0]) || strings.IndexByte(values[0], 0) >= 0:
-		problem = "not valid UTF-8 text"
-	default:
-		return values[0], true
 	}
-	writeErrorSaying(w, fmt.Errorf("%w: %s: %s", submissions.ErrInvalidTenant, tenantHeader, problem))
-	return "", false
+	err := submissions.ValidateTenant(values[0])
+	if len(values) > 1 {
+		err = fmt.Errorf("%w: more than one", submissions.ErrInvalidTenant)
+	}
+	if err != nil {
+		writeErrorSaying(w, fmt.Errorf("%s: %w", tenantHeader, err))
+		return "", false
+	}
+	return values[0], true
 }
 
 // decode reads the request's JSON object into v. Malformed JSON is a 400
