@@ -91,6 +91,12 @@ func (s *Submissions[R]) state() *shared[R] {
 	if sh := s.shared.Load(); sh != nil {
 		return sh
 	}
+	return s.start()
+}
+
+// start gives a zero value its empty memory store, unless a call of another
+// goroutine has, and returns what the ledger shares.
+func (s *Submissions[R]) start() *shared[R] {
 	s.shared.CompareAndSwap(nil, newShared[R](&memStore[R]{}, nil))
 	return s.shared.Load()
 }
@@ -131,6 +137,21 @@ func (s *Submissions[R]) SubmitOrReplay(ctx context.Context, key string, req R,
 	if s.tenantErr != nil {
 		return zero, false, s.tenantErr
 	}
+	sh := s.state()
+	var given Fingerprint
+	read := sh.mem != nil && !(sh.nilable && isNil(req))
+	if read {
+		// The memory store holds keys as validKey returns them: a key it
+		// holds as given is valid and trimmed, and only ctx remains to check.
+		given = req.Fingerprint()
+		if out, ok := sh.mem.replay(s.tenant, key, &given); ok {
+			if err := ctx.Err(); err != nil {
+				return zero, false, err
+			}
+			s.note(ctx, sh, slog.LevelInfo, "submission replayed", key, given.WithdrawalID, nil)
+			return *out, true, nil
+		}
+	}
 	key, err := validKey(key)
 	if err != nil {
 		return zero, false, err
@@ -138,16 +159,11 @@ func (s *Submissions[R]) SubmitOrReplay(ctx context.Context, key string, req R,
 	if err := ctx.Err(); err != nil {
 		return zero, false, err
 	}
-	sh := s.state()
 	if sh.nilable && isNil(req) {
 		return zero, false, errNilRequest(req)
 	}
-	given := req.Fingerprint()
-	if sh.mem != nil {
-		if out, ok := sh.mem.replay(s.tenant, key, &given); ok {
-			s.note(ctx, slog.LevelInfo, "submission replayed", key, given.WithdrawalID, nil)
-			return *out, true, nil
-		}
+	if !read {
+		given = req.Fingerprint()
 	}
 	fp := given
 	if err := normalize(&fp); err != nil {
@@ -165,7 +181,7 @@ func (s *Submissions[R]) SubmitOrReplay(ctx context.Context, key string, req R,
 	case outcome == nil:
 		return zero, false, inFlight(key)
 	}
-	s.note(ctx, slog.LevelInfo, "submission replayed", key, fp.WithdrawalID, nil)
+	s.note(ctx, sh, slog.LevelInfo, "submission replayed", key, fp.WithdrawalID, nil)
 	return *outcome, true, nil
 }
 
@@ -181,7 +197,7 @@ func (s *Submissions[R]) sendAndRecord(ctx context.Context, sh *shared[R], sendi
 	defer func() {
 		if !ended {
 			sending.abandon()
-			s.note(ctx, slog.LevelWarn, "outcome unknown: "+under, key, fp.WithdrawalID, nil)
+			s.note(ctx, sh, slog.LevelWarn, "outcome unknown: "+under, key, fp.WithdrawalID, nil)
 		}
 	}()
 	out, err := *req, error(nil)
@@ -195,7 +211,7 @@ func (s *Submissions[R]) sendAndRecord(ctx context.Context, sh *shared[R], sendi
 		ended = true
 		sending.abandon()
 		err = fmt.Errorf("%w: request key %s: %w", ErrOutcomeUnknown, key, err)
-		s.note(ctx, slog.LevelWarn, "outcome unknown", key, fp.WithdrawalID, err)
+		s.note(ctx, sh, slog.LevelWarn, "outcome unknown", key, fp.WithdrawalID, err)
 		return zero, err
 	}
 
@@ -244,7 +260,7 @@ func (s *Submissions[R]) sendAndRecord(ctx context.Context, sh *shared[R], sendi
 		}
 	}
 	err = fmt.Errorf("%w: request key %s: %w", ErrOutcomeNotRecorded, key, why)
-	s.note(ctx, slog.LevelWarn, "outcome not recorded", key, fp.WithdrawalID, err)
+	s.note(ctx, sh, slog.LevelWarn, "outcome not recorded", key, fp.WithdrawalID, err)
 	return out, err
 }
 
@@ -288,7 +304,7 @@ func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) err
 	case err != nil:
 		return fromStore(key, "record", err)
 	case claimed:
-		s.note(ctx, slog.LevelInfo, "submission resolved", key, fp.WithdrawalID, nil)
+		s.note(ctx, sh, slog.LevelInfo, "submission resolved", key, fp.WithdrawalID, nil)
 		return nil
 	case differing(&fp, &rec.Fingerprint) != 0:
 		return keyTaken(key)
@@ -298,7 +314,7 @@ func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) err
 			return fromStore(key, "record", err)
 		}
 		if settled {
-			s.note(ctx, slog.LevelInfo, "submission resolved", key, fp.WithdrawalID, nil)
+			s.note(ctx, sh, slog.LevelInfo, "submission resolved", key, fp.WithdrawalID, nil)
 			return nil
 		}
 		if !rec.Done { // released meanwhile
@@ -342,7 +358,7 @@ func (s *Submissions[R]) Release(ctx context.Context, key string) error {
 	case err != nil:
 		return fromStore(key, "release", err)
 	case released:
-		s.note(ctx, slog.LevelInfo, "submission released", key, rec.Fingerprint.WithdrawalID, nil)
+		s.note(ctx, s.state(), slog.LevelInfo, "submission released", key, rec.Fingerprint.WithdrawalID, nil)
 	case rec.Done:
 		return hasOutcome(key, "an outcome")
 	}
@@ -395,8 +411,8 @@ func (s *Submissions[R]) ClaimedBy(ctx context.Context, withdrawalID string) (ke
 // note logs msg at level with the tenant (unless it is the default), the key
 // and the withdrawal, and err if not nil. It costs one call when the level is
 // disabled.
-func (s *Submissions[R]) note(ctx context.Context, level slog.Level, msg, key, withdrawalID string, err error) {
-	l := s.state().log
+func (s *Submissions[R]) note(ctx context.Context, sh *shared[R], level slog.Level, msg, key, withdrawalID string, err error) {
+	l := sh.log
 	if l == nil {
 		l = slog.Default()
 	}
