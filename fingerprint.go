@@ -67,7 +67,7 @@ func normalize(f *Fingerprint) error {
 	if !validText(f.Destination, MaxDestinationLen) {
 		return fmt.Errorf("%w: Destination: %s", ErrInvalidFingerprint, textProblem(f.Destination, MaxDestinationLen))
 	}
-	amount, ok := canonicalAmount(f.Amount)
+	amount, ok := validAmount(f.Amount)
 	if !ok {
 		return fmt.Errorf("%w: Amount: not a positive decimal of at most %d bytes", ErrInvalidFingerprint, MaxAmountLen)
 	}
@@ -195,15 +195,23 @@ func word(s string, i int) uint64 {
 		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
 }
 
-// canonicalAmount reports whether a is a plain positive decimal of at most
-// MaxAmountLen bytes and returns its canonical form: no leading zeros before
-// the first significant digit but one before a point, no trailing zeros after
-// the point, no bare point. Only an amount with no digit before the point
-// (".5") needs a new string; every other canonical form is a substring of a.
-func canonicalAmount(a string) (string, bool) {
+// validAmount reports whether a is a valid amount, a plain positive decimal
+// of at most MaxAmountLen bytes, and returns its canonical form.
+func validAmount(a string) (string, bool) {
 	if len(a) > MaxAmountLen {
 		return "", false
 	}
+	return canonicalAmount(a)
+}
+
+// canonicalAmount reports whether a is a plain positive decimal, of any
+// length, and returns its canonical form: no leading zeros before the first
+// significant digit but one before a point, no trailing zeros after the
+// point, no bare point. Only an amount with no digit before the point (".5")
+// needs a new string, one byte longer; every other canonical form is a
+// substring of a. Comparisons read amounts with it, so that the canonical
+// form of a valid amount reads as the same amount.
+func canonicalAmount(a string) (string, bool) {
 	dot, first, end := -1, -1, -1 // the point; the first non-zero digit; past the last one
 	for i := 0; i < len(a); i++ {
 		c := a[i]
