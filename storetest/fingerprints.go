@@ -104,7 +104,8 @@ func testValuesAtTheLimitsAreHeld(t *testing.T, newStore Factory) {
 			Amount:   "0." + strings.Repeat("0", submissions.MaxAmountLen-3) + "1",
 			Currency: "eur",
 			Dest:     strings.Repeat("€", submissions.MaxDestinationLen/3) + "d", // three bytes each, and one
-		}, {
+		},
+		{
 			ID:       "w-point",
 			Amount:   "." + strings.Repeat("0", submissions.MaxAmountLen-2) + "1", // its canonical form, 0.0...1, is a byte longer
 			Currency: "EUR",
