@@ -8,7 +8,8 @@ type Option interface {
 }
 
 type options struct {
-	logger *slog.Logger
+	logger   *slog.Logger
+	observer Observer
 }
 
 type optionFunc func(*options)

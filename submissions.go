@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
+	"time"
 )
 
 // Submissions is a submission ledger: it calls a service's send function at
@@ -28,10 +29,11 @@ type Submissions[R Fingerprinter] struct {
 
 // shared is what a ledger and its tenants' views have in common.
 type shared[R Fingerprinter] struct {
-	log     *slog.Logger // nil means slog.Default()
-	be      backend[R]   // where the state lives
-	mem     *memStore[R] // be, when it is the memory store, for its fast replay
-	nilable bool         // R is a type with a nil value, such as a pointer
+	log      *slog.Logger // nil means slog.Default()
+	observer Observer     // nil for none
+	be       backend[R]   // where the state lives
+	mem      *memStore[R] // be, when it is the memory store, for its fast replay
+	nilable  bool         // R is a type with a nil value, such as a pointer
 }
 
 // New returns an empty in-memory ledger.
@@ -47,12 +49,12 @@ func NewWithStore[R Fingerprinter](store Store[R], opts ...Option) *Submissions[
 		panic("submissions: NewWithStore with a nil Store")
 	}
 	s := &Submissions[R]{}
-	s.shared.Store(newShared(store, buildOptions(opts).logger))
+	s.shared.Store(newShared(store, buildOptions(opts)))
 	return s
 }
 
-func newShared[R Fingerprinter](store Store[R], log *slog.Logger) *shared[R] {
-	sh := &shared[R]{log: log, nilable: nilable[R]()}
+func newShared[R Fingerprinter](store Store[R], o options) *shared[R] {
+	sh := &shared[R]{log: o.logger, observer: o.observer, nilable: nilable[R]()}
 	if m, ok := store.(*memStore[R]); ok {
 		sh.be, sh.mem = m, m
 	} else {
@@ -97,7 +99,7 @@ func (s *Submissions[R]) state() *shared[R] {
 // start gives a zero value its empty memory store, unless a call of another
 // goroutine has, and returns what the ledger shares.
 func (s *Submissions[R]) start() *shared[R] {
-	s.shared.CompareAndSwap(nil, newShared[R](&memStore[R]{}, nil))
+	s.shared.CompareAndSwap(nil, newShared[R](&memStore[R]{}, options{}))
 	return s.shared.Load()
 }
 
@@ -148,7 +150,7 @@ func (s *Submissions[R]) SubmitOrReplay(ctx context.Context, key string, req R,
 			if err := ctx.Err(); err != nil {
 				return zero, false, err
 			}
-			s.note(ctx, sh, slog.LevelInfo, "submission replayed", key, given.WithdrawalID, nil)
+			s.report(ctx, sh, EventReplayed, key, given.WithdrawalID, 0, nil)
 			return *out, true, nil
 		}
 	}
@@ -172,16 +174,24 @@ func (s *Submissions[R]) SubmitOrReplay(ctx context.Context, key string, req R,
 	held, outcome, sending, err := sh.be.claimToSend(ctx, s.tenant, key, fp, given.Amount, given.Currency)
 	switch {
 	case err != nil:
-		return zero, false, fromStore(key, "claim", err)
+		err = fromStore(key, "claim", err)
+		if errors.Is(err, ErrIdempotencyConflict) {
+			s.report(ctx, sh, EventConflict, key, fp.WithdrawalID, 0, err)
+		}
+		return zero, false, err
 	case sending != nil:
 		out, err := s.sendAndRecord(ctx, sh, sending, key, &fp, &given, &req, send)
 		return out, false, err
 	case differing(&fp, held) != 0:
-		return zero, false, keyTaken(key)
+		err = keyTaken(key)
+		s.report(ctx, sh, EventConflict, key, fp.WithdrawalID, 0, err)
+		return zero, false, err
 	case outcome == nil:
-		return zero, false, inFlight(key)
+		err = inFlight(key)
+		s.report(ctx, sh, EventInFlight, key, fp.WithdrawalID, 0, err)
+		return zero, false, err
 	}
-	s.note(ctx, sh, slog.LevelInfo, "submission replayed", key, fp.WithdrawalID, nil)
+	s.report(ctx, sh, EventReplayed, key, fp.WithdrawalID, 0, nil)
 	return *outcome, true, nil
 }
 
@@ -190,6 +200,14 @@ func (s *Submissions[R]) SubmitOrReplay(ctx context.Context, key string, req R,
 func (s *Submissions[R]) sendAndRecord(ctx context.Context, sh *shared[R], sending sending[R], key string, fp, given *Fingerprint, req *R,
 	send func(ctx context.Context, req R) (R, error)) (R, error) {
 	var zero R
+	s.report(ctx, sh, EventClaimed, key, fp.WithdrawalID, 0, nil)
+	var start time.Time // when send started, timed for an observer only
+	took := func() time.Duration {
+		if sh.observer == nil {
+			return 0
+		}
+		return time.Since(start)
+	}
 	// If this function does not return (send, the answer's Fingerprint or
 	// the store panicked, or send exited its goroutine), the claim's send
 	// ends with no outcome, and the log says what was under way.
@@ -197,9 +215,13 @@ func (s *Submissions[R]) sendAndRecord(ctx context.Context, sh *shared[R], sendi
 	defer func() {
 		if !ended {
 			sending.abandon()
-			s.note(ctx, sh, slog.LevelWarn, "outcome unknown: "+under, key, fp.WithdrawalID, nil)
+			s.report(ctx, sh, EventOutcomeUnknown, key, fp.WithdrawalID, took(),
+				fmt.Errorf("%w: request key %s: %s", ErrOutcomeUnknown, key, under))
 		}
 	}()
+	if sh.observer != nil {
+		start = time.Now()
+	}
 	out, err := *req, error(nil)
 	if send != nil {
 		out, err = send(ctx, *req)
@@ -211,7 +233,7 @@ func (s *Submissions[R]) sendAndRecord(ctx context.Context, sh *shared[R], sendi
 		ended = true
 		sending.abandon()
 		err = fmt.Errorf("%w: request key %s: %w", ErrOutcomeUnknown, key, err)
-		s.note(ctx, sh, slog.LevelWarn, "outcome unknown", key, fp.WithdrawalID, err)
+		s.report(ctx, sh, EventOutcomeUnknown, key, fp.WithdrawalID, took(), err)
 		return zero, err
 	}
 
@@ -245,6 +267,7 @@ func (s *Submissions[R]) sendAndRecord(ctx context.Context, sh *shared[R], sendi
 	case err != nil:
 		why = fmt.Errorf("the store failed, and the answer may or may not stand: %w", err)
 	case settled:
+		s.report(ctx, sh, EventSent, key, fp.WithdrawalID, took(), nil)
 		return out, nil
 	case standing == nil:
 		why = errors.New("released while send ran")
@@ -256,11 +279,12 @@ func (s *Submissions[R]) sendAndRecord(ctx context.Context, sh *shared[R], sendi
 		case !same:
 			why = errors.New("resolved with another outcome while send ran")
 		default:
+			s.report(ctx, sh, EventSent, key, fp.WithdrawalID, took(), nil)
 			return out, nil
 		}
 	}
 	err = fmt.Errorf("%w: request key %s: %w", ErrOutcomeNotRecorded, key, why)
-	s.note(ctx, sh, slog.LevelWarn, "outcome not recorded", key, fp.WithdrawalID, err)
+	s.report(ctx, sh, EventNotRecorded, key, fp.WithdrawalID, took(), err)
 	return out, err
 }
 
@@ -304,7 +328,7 @@ func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) err
 	case err != nil:
 		return fromStore(key, "record", err)
 	case claimed:
-		s.note(ctx, sh, slog.LevelInfo, "submission resolved", key, fp.WithdrawalID, nil)
+		s.report(ctx, sh, EventResolved, key, fp.WithdrawalID, 0, nil)
 		return nil
 	case differing(&fp, &rec.Fingerprint) != 0:
 		return keyTaken(key)
@@ -314,7 +338,7 @@ func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) err
 			return fromStore(key, "record", err)
 		}
 		if settled {
-			s.note(ctx, sh, slog.LevelInfo, "submission resolved", key, fp.WithdrawalID, nil)
+			s.report(ctx, sh, EventResolved, key, fp.WithdrawalID, 0, nil)
 			return nil
 		}
 		if !rec.Done { // released meanwhile
@@ -358,7 +382,7 @@ func (s *Submissions[R]) Release(ctx context.Context, key string) error {
 	case err != nil:
 		return fromStore(key, "release", err)
 	case released:
-		s.note(ctx, s.state(), slog.LevelInfo, "submission released", key, rec.Fingerprint.WithdrawalID, nil)
+		s.report(ctx, s.state(), EventReleased, key, rec.Fingerprint.WithdrawalID, 0, nil)
 	case rec.Done:
 		return hasOutcome(key, "an outcome")
 	}
@@ -406,26 +430,4 @@ func (s *Submissions[R]) ClaimedBy(ctx context.Context, withdrawalID string) (ke
 		return "", false, fmt.Errorf("%w: withdrawal %s: %w", ErrStoreFailed, withdrawalID, err)
 	}
 	return key, ok, nil
-}
-
-// note logs msg at level with the tenant (unless it is the default), the key
-// and the withdrawal, and err if not nil. It costs one call when the level is
-// disabled.
-func (s *Submissions[R]) note(ctx context.Context, sh *shared[R], level slog.Level, msg, key, withdrawalID string, err error) {
-	l := sh.log
-	if l == nil {
-		l = slog.Default()
-	}
-	if !l.Enabled(ctx, level) {
-		return
-	}
-	attrs := make([]slog.Attr, 0, 4)
-	if s.tenant != "" {
-		attrs = append(attrs, slog.String("tenant", s.tenant))
-	}
-	attrs = append(attrs, slog.String("key", key), slog.String("withdrawal", withdrawalID))
-	if err != nil {
-		attrs = append(attrs, slog.Any("error", err))
-	}
-	l.LogAttrs(ctx, level, msg, attrs...)
 }

@@ -1,0 +1,151 @@
+package submissions_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemledger/submissions"
+)
+
+// events is an Observer that keeps what it is told.
+type events struct {
+	mu   sync.Mutex
+	seen []submissions.Event
+}
+
+func (o *events) Observe(_ context.Context, e submissions.Event) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.seen = append(o.seen, e)
+}
+
+// take returns the events seen since the last take.
+func (o *events) take() []submissions.Event {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	seen := o.seen
+	o.seen = nil
+	return seen
+}
+
+// kinds returns the kinds of es, in order.
+func kinds(es []submissions.Event) []submissions.EventKind {
+	var ks []submissions.EventKind
+	for _, e := range es {
+		ks = append(ks, e.Kind)
+	}
+	return ks
+}
+
+// TestObserverSeesEveryDecision: each call reports its decisions, in order,
+// with the tenant, key and withdrawal, the error the call returned, and how
+// long send ran.
+func TestObserverSeesEveryDecision(t *testing.T) {
+	o := &events{}
+	stores := map[string]submissions.Store[withdrawal]{
+		"in memory":            submissions.NewMemoryStore[withdrawal](),
+		"behind the interface": struct{ submissions.Store[withdrawal] }{submissions.NewMemoryStore[withdrawal]()},
+	}
+	for name, st := range stores {
+		t.Run(name, func(t *testing.T) {
+			s := submissions.NewWithStore(st, submissions.WithObserver(o), quiet).Tenant("acme")
+			w := newWithdrawal("w-1")
+			slow := func(_ context.Context, w withdrawal) (withdrawal, error) {
+				time.Sleep(time.Millisecond)
+				return w, nil
+			}
+			_, err := s.Submit(bg, "req-1", w, slow)
+			require.NoError(t, err)
+			seen := o.take()
+			require.Equal(t, []submissions.EventKind{submissions.EventClaimed, submissions.EventSent}, kinds(seen))
+			for _, e := range seen {
+				assert.Equal(t, "acme", e.Tenant)
+				assert.Equal(t, "req-1", e.Key)
+				assert.Equal(t, "w-1", e.WithdrawalID)
+				assert.NoError(t, e.Err)
+			}
+			assert.GreaterOrEqual(t, seen[1].Duration, time.Millisecond, "the send's duration")
+
+			_, err = s.Submit(bg, "req-1", w, slow)
+			require.NoError(t, err)
+			assert.Equal(t, []submissions.EventKind{submissions.EventReplayed}, kinds(o.take()), "a replay")
+
+			for _, c := range []struct {
+				key string
+				w   withdrawal
+			}{{"req-1", newWithdrawal("w-2")}, {"req-2", w}} {
+				_, err = s.Submit(bg, c.key, c.w, slow)
+				require.ErrorIs(t, err, submissions.ErrIdempotencyConflict)
+				seen = o.take()
+				require.Equal(t, []submissions.EventKind{submissions.EventConflict}, kinds(seen), "a conflict")
+				assert.Equal(t, err, seen[0].Err)
+				assert.Equal(t, c.key, seen[0].Key)
+			}
+
+			fail := func(context.Context, withdrawal) (withdrawal, error) { return withdrawal{}, errors.New("rail timed out") }
+			_, err = s.Submit(bg, "req-3", newWithdrawal("w-3"), fail)
+			require.ErrorIs(t, err, submissions.ErrOutcomeUnknown)
+			seen = o.take()
+			require.Equal(t, []submissions.EventKind{submissions.EventClaimed, submissions.EventOutcomeUnknown}, kinds(seen))
+			assert.Equal(t, err, seen[1].Err)
+
+			_, err = s.Submit(bg, "req-3", newWithdrawal("w-3"), fail)
+			require.ErrorIs(t, err, submissions.ErrSubmissionInFlight)
+			seen = o.take()
+			require.Equal(t, []submissions.EventKind{submissions.EventInFlight}, kinds(seen))
+			assert.Equal(t, err, seen[0].Err)
+
+			require.NoError(t, s.Resolve(bg, "req-3", newWithdrawal("w-3")))
+			assert.Equal(t, []submissions.EventKind{submissions.EventResolved}, kinds(o.take()))
+
+			_, err = s.Submit(bg, "req-4", newWithdrawal("w-4"), func(_ context.Context, w withdrawal) (withdrawal, error) {
+				w.Amount = "26"
+				return w, nil
+			})
+			require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
+			seen = o.take()
+			require.Equal(t, []submissions.EventKind{submissions.EventClaimed, submissions.EventNotRecorded}, kinds(seen))
+			assert.Equal(t, err, seen[1].Err)
+
+			require.NoError(t, s.Release(bg, "req-4"))
+			assert.Equal(t, []submissions.EventKind{submissions.EventReleased}, kinds(o.take()))
+
+			require.Panics(t, func() {
+				_, _ = s.Submit(bg, "req-5", newWithdrawal("w-5"), func(context.Context, withdrawal) (withdrawal, error) { panic("rail exploded") })
+			})
+			seen = o.take()
+			require.Equal(t, []submissions.EventKind{submissions.EventClaimed, submissions.EventOutcomeUnknown}, kinds(seen))
+			assert.ErrorIs(t, seen[1].Err, submissions.ErrOutcomeUnknown)
+			assert.ErrorContains(t, seen[1].Err, "send did not return")
+
+			_, err = s.Submit(bg, " ", w, slow)
+			require.ErrorIs(t, err, submissions.ErrInvalidKey)
+			assert.Empty(t, o.take(), "an invalid key is no decision")
+		})
+	}
+}
+
+func TestEventKindNames(t *testing.T) {
+	for k, want := range map[submissions.EventKind]string{
+		submissions.EventClaimed:        "claimed",
+		submissions.EventSent:           "sent",
+		submissions.EventReplayed:       "replayed",
+		submissions.EventConflict:       "conflict",
+		submissions.EventInFlight:       "in flight",
+		submissions.EventOutcomeUnknown: "outcome unknown",
+		submissions.EventNotRecorded:    "not recorded",
+		submissions.EventResolved:       "resolved",
+		submissions.EventReleased:       "released",
+		submissions.EventPruned:         "pruned",
+		0:                               "unknown event",
+		255:                             "unknown event",
+	} {
+		assert.Equal(t, want, k.String())
+	}
+}
