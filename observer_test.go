@@ -88,7 +88,9 @@ func TestObserverSeesEveryDecision(t *testing.T) {
 				assert.Equal(t, c.key, seen[0].Key)
 			}
 
-			fail := func(context.Context, withdrawal) (withdrawal, error) { return withdrawal{}, errors.New("rail timed out") }
+			fail := func(context.Context, withdrawal) (withdrawal, error) {
+				return withdrawal{}, errors.New("rail timed out")
+			}
 			_, err = s.Submit(bg, "req-3", newWithdrawal("w-3"), fail)
 			require.ErrorIs(t, err, submissions.ErrOutcomeUnknown)
 			seen = o.take()
