@@ -7,8 +7,9 @@ import (
 
 // The errors of a ledger, in three classes by what the caller may do next.
 // Refused, nothing sent: ErrInvalidTenant, ErrInvalidKey, ErrInvalidFingerprint,
-// ErrIdempotencyConflict (and *ConflictError), ErrSubmissionInFlight. Failed
-// before sending: ErrStoreFailed. Money may have moved: ErrOutcomeUnknown and
+// ErrIdempotencyConflict (and *ConflictError), ErrSubmissionInFlight, and for
+// Admin's calls ErrClaimChanged and ErrNotSupported. Failed before sending:
+// ErrStoreFailed. Money may have moved: ErrOutcomeUnknown and
 // ErrOutcomeNotRecorded.
 var (
 	// ErrInvalidKey: the request key is empty after trimming white space,
@@ -61,6 +62,18 @@ var (
 	// own withdrawal may be recorded with Resolve, unless the key was
 	// released or resolved meanwhile.
 	ErrOutcomeNotRecorded = errors.New("outcome not recorded")
+
+	// ErrClaimChanged: an Admin action names a claim (its tenant, key and
+	// token) that is no longer in the store: it was released, and the key
+	// may have been claimed again under another token. Nothing was changed,
+	// and no other claim of the key was touched. List the claims in flight
+	// again, and look at the rail for the claim that holds the key now.
+	ErrClaimChanged = errors.New("claim changed")
+
+	// ErrNotSupported: the ledger's Store lacks the optional ability the
+	// call needs, such as a Lister for Admin.InFlight and Admin.Reconcile.
+	// Nothing was read or changed.
+	ErrNotSupported = errors.New("not supported by the store")
 )
 
 // ConflictError reports that a withdrawal is already claimed by another
@@ -106,4 +119,9 @@ func fromStore(key, call string, cause error) error {
 		return ce
 	}
 	return fmt.Errorf("%w: request key %s: %s: %w", ErrStoreFailed, key, call, cause)
+}
+
+// claimChanged is the error of an action on a claim that is gone.
+func claimChanged(key string) error {
+	return fmt.Errorf("%w: request key %s: the claim is no longer in the store under its token", ErrClaimChanged, key)
 }

@@ -84,15 +84,21 @@ func (g *guard[R]) claimToSend(ctx context.Context, tenant, key string, fp Finge
 }
 
 func (g *guard[R]) releaseIdle(ctx context.Context, tenant, key string) (Record[R], bool, error) {
-	k := keyRef{tenant, key}
 	rec, ok, err := g.Store.Lookup(ctx, tenant, key)
 	if err != nil || !ok || rec.Done {
 		return rec, false, err
 	}
+	return g.releaseClaim(ctx, tenant, key, rec.Token)
+}
+
+// releaseClaim releases key's claim token, which the caller has seen in the
+// store, unless the ledger is sending it.
+func (g *guard[R]) releaseClaim(ctx context.Context, tenant, key string, token Token) (Record[R], bool, error) {
+	k := keyRef{tenant, key}
 	// The claim may be one that a Store.Claim of this ledger made and has
-	// not returned yet. Such a claim was in the store when the lookup
-	// returned: wait for those to return (a claim made later cannot have
-	// made the claim looked at), then see whether the ledger sends it.
+	// not returned yet. Such a claim was in the store when the caller saw
+	// it: wait for those to return (a claim made later cannot have made the
+	// claim seen), then see whether the ledger sends it.
 	g.mu.Lock()
 	var waits []chan struct{}
 	for _, c := range g.claiming[k] {
@@ -110,14 +116,37 @@ func (g *guard[R]) releaseIdle(ctx context.Context, tenant, key string) (Record[
 		}
 	}
 	g.mu.Lock()
-	_, sending := g.sending[claimRef{k, rec.Token}]
+	_, sending := g.sending[claimRef{k, token}]
 	g.mu.Unlock()
 	if sending {
-		return rec, false, errSending
+		return Record[R]{}, false, errSending
 	}
-	// No claim of this ledger can make the claim looked at: it stands until
-	// it is released, and Release frees no other.
-	return g.Store.Release(ctx, tenant, key, rec.Token)
+	// No claim of this ledger can make the claim seen: it stands until it
+	// is released, and Release frees no other.
+	return g.Store.Release(ctx, tenant, key, token)
+}
+
+// listInFlight lists the Store's claims in flight, each Sending when this
+// ledger is sending it or has a Store.Claim of its key under way (which may
+// be the claim listed, about to be sent).
+func (g *guard[R]) listInFlight(ctx context.Context, q ListQuery) ([]Claim, error) {
+	l, ok := g.Store.(Lister)
+	if !ok {
+		return nil, errNotLister
+	}
+	claims, err := l.ListInFlight(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i := range claims {
+		c := &claims[i]
+		k := keyRef{c.Tenant, c.Key}
+		_, sending := g.sending[claimRef{k, c.Token}]
+		c.Sending = sending || len(g.claiming[k]) > 0
+	}
+	return claims, nil
 }
 
 // guardSending is a claim a guard is sending.

@@ -1,8 +1,11 @@
 package submissions
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"sync"
+	"time"
 )
 
 // memStore is the embedded default Store: per tenant, request key -> claim
@@ -33,15 +36,16 @@ type entry[R Fingerprinter] struct {
 	// canonical. An amount that starts with a point is kept canonical, as its
 	// canonical form is a new string.
 	fp       Fingerprint
-	outcome  R     // never changes once done
-	token    Token // never changes
-	done     bool
-	sending  bool // a ledger is running the claim's send
-	released bool // released: no longer in the store
+	outcome   R     // never changes once done
+	token     Token // never changes
+	claimedAt int64 // when claimed, in nanoseconds since the Unix epoch; never changes
+	done      bool
+	sending   bool // a ledger is running the claim's send
+	released  bool // released: no longer in the store
 }
 
 // NewMemoryStore returns an empty Store that keeps its state in memory, the
-// one New uses. Its guarantees hold within one process.
+// one New uses. Its guarantees hold within one process. It is a Lister.
 func NewMemoryStore[R Fingerprinter]() Store[R] {
 	return &memStore[R]{}
 }
@@ -144,7 +148,7 @@ func (m *memStore[R]) claim(tenant, key string, fp *Fingerprint, amount, currenc
 		return nil, err
 	}
 	m.tokens++
-	e := &entry[R]{space: sp, fp: *fp, token: m.tokens}
+	e := &entry[R]{space: sp, fp: *fp, token: m.tokens, claimedAt: time.Now().UnixNano()}
 	if amount[0] != '.' {
 		e.fp.Amount = amount
 	}
@@ -221,6 +225,19 @@ func (m *memStore[R]) releaseIdle(_ context.Context, tenant, key string) (Record
 	return e.release(key)
 }
 
+func (m *memStore[R]) releaseClaim(_ context.Context, tenant, key string, token Token) (Record[R], bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.find(tenant, key)
+	switch {
+	case !ok || e.token != token:
+		return Record[R]{}, false, nil
+	case e.sending && !e.done:
+		return Record[R]{}, false, errSending
+	}
+	return e.release(key)
+}
+
 // release deletes e, key's claim, with its withdrawal's claim, unless e has
 // an outcome. The caller holds the lock.
 func (e *entry[R]) release(key string) (Record[R], bool, error) {
@@ -253,4 +270,69 @@ func (m *memStore[R]) ClaimedBy(_ context.Context, tenant, withdrawalID string) 
 		key, ok = sp.claims.holder(withdrawalID)
 	}
 	return key, ok, nil
+}
+
+// ListInFlight implements Lister. It looks at every claim of the tenants
+// selected, under the store's lock, and sorts those it selects: a cost in
+// proportion to the keys held, which is fine in memory. Sending is true for a
+// claim whose send a ledger on this store is running.
+func (m *memStore[R]) ListInFlight(_ context.Context, q ListQuery) ([]Claim, error) {
+	type found struct {
+		tenant, key string
+		e           *entry[R]
+	}
+	var before, afterAt int64
+	if !q.ClaimedBefore.IsZero() {
+		before = q.ClaimedBefore.UnixNano()
+	}
+	if q.After != nil {
+		afterAt = q.After.ClaimedAt.UnixNano()
+	}
+	// order compares two claims in the listing's order.
+	order := func(at int64, tenant, key string, bat int64, btenant, bkey string) int {
+		return cmp.Or(cmp.Compare(at, bat), cmp.Compare(tenant, btenant), cmp.Compare(key, bkey))
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var all []found
+	scan := func(tenant string, sp *space[R]) {
+		if sp == nil {
+			return
+		}
+		for key, e := range sp.keys {
+			switch {
+			case e.done:
+			case before != 0 && e.claimedAt >= before:
+			case q.After != nil && order(e.claimedAt, tenant, key, afterAt, q.After.Tenant, q.After.Key) <= 0:
+			default:
+				all = append(all, found{tenant, key, e})
+			}
+		}
+	}
+	if q.Tenants == nil {
+		scan("", &m.def)
+		for tenant, sp := range m.tenants {
+			scan(tenant, sp)
+		}
+	} else {
+		for i, tenant := range q.Tenants {
+			if !slices.Contains(q.Tenants[:i], tenant) {
+				scan(tenant, m.space(tenant))
+			}
+		}
+	}
+	slices.SortFunc(all, func(a, b found) int {
+		return order(a.e.claimedAt, a.tenant, a.key, b.e.claimedAt, b.tenant, b.key)
+	})
+	all = all[:min(len(all), max(q.Limit, 0))]
+	claims := make([]Claim, len(all))
+	for i, f := range all {
+		claims[i] = Claim{Tenant: f.tenant, Key: f.key, Fingerprint: f.e.record().Fingerprint,
+			ClaimedAt: time.Unix(0, f.e.claimedAt), Token: f.e.token, Sending: f.e.sending}
+	}
+	return claims, nil
+}
+
+func (m *memStore[R]) listInFlight(ctx context.Context, q ListQuery) ([]Claim, error) {
+	return m.ListInFlight(ctx, q)
 }

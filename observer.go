@@ -87,14 +87,19 @@ var logged = [...]struct {
 	EventNotRecorded:    {slog.LevelWarn, "outcome not recorded"},
 }
 
-// report tells the observer of a decision of kind about key and withdrawalID,
-// made in s's tenant, and logs it if its kind is logged: with the tenant
-// (unless it is the default), the key, the withdrawal and err if not nil.
-// With no observer, it costs one call when the kind is not logged or its
-// level is disabled.
+// report is sh.report of a decision made in s's tenant.
 func (s *Submissions[R]) report(ctx context.Context, sh *shared[R], kind EventKind, key, withdrawalID string, took time.Duration, err error) {
+	sh.report(ctx, s.tenant, kind, key, withdrawalID, took, err)
+}
+
+// report tells the observer of a decision of kind about key and withdrawalID,
+// made in tenant, and logs it if its kind is logged: with the tenant (unless
+// it is the default), the key, the withdrawal and err if not nil. With no
+// observer, it costs one call when the kind is not logged or its level is
+// disabled.
+func (sh *shared[R]) report(ctx context.Context, tenant string, kind EventKind, key, withdrawalID string, took time.Duration, err error) {
 	if sh.observer != nil {
-		sh.observer.Observe(ctx, Event{Kind: kind, Tenant: s.tenant, Key: key, WithdrawalID: withdrawalID, Duration: took, Err: err})
+		sh.observer.Observe(ctx, Event{Kind: kind, Tenant: tenant, Key: key, WithdrawalID: withdrawalID, Duration: took, Err: err})
 	}
 	if int(kind) >= len(logged) || logged[kind].msg == "" {
 		return
@@ -108,8 +113,8 @@ func (s *Submissions[R]) report(ctx context.Context, sh *shared[R], kind EventKi
 		return
 	}
 	attrs := make([]slog.Attr, 0, 4)
-	if s.tenant != "" {
-		attrs = append(attrs, slog.String("tenant", s.tenant))
+	if tenant != "" {
+		attrs = append(attrs, slog.String("tenant", tenant))
 	}
 	attrs = append(attrs, slog.String("key", key), slog.String("withdrawal", withdrawalID))
 	if err != nil {

@@ -29,6 +29,14 @@ type backend[R Fingerprinter] interface {
 	// releaseIdle is Release of key's claim, whatever its token, unless the
 	// ledger is sending it, when it returns errSending.
 	releaseIdle(ctx context.Context, tenant, key string) (rec Record[R], released bool, err error)
+
+	// releaseClaim is Release of key's claim token, unless the ledger is
+	// sending it, when it returns errSending.
+	releaseClaim(ctx context.Context, tenant, key string, token Token) (rec Record[R], released bool, err error)
+
+	// listInFlight is Lister.ListInFlight, with Sending set for the claims
+	// the ledger is sending; errNotLister when the Store is not a Lister.
+	listInFlight(ctx context.Context, q ListQuery) ([]Claim, error)
 }
 
 // A sending is one claim being sent, ended by settle or abandon: the ledger
@@ -44,5 +52,9 @@ type sending[R Fingerprinter] interface {
 	abandon()
 }
 
-// errSending is releaseIdle's refusal of a claim the ledger is sending.
+// errSending is the refusal of releaseIdle and releaseClaim of a claim the
+// ledger is sending.
 var errSending = errors.New("send running")
+
+// errNotLister is listInFlight's error on a Store that is not a Lister.
+var errNotLister = errors.New("the store is not a Lister")

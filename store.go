@@ -1,6 +1,9 @@
 package submissions
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // A Token names one claim of a request key. A store gives every claim it
 // makes a token that no earlier claim of the same key had, so that a key
@@ -67,4 +70,39 @@ type Store[R Fingerprinter] interface {
 	// ClaimedBy returns the key that claims withdrawalID, with ok false when
 	// no key does.
 	ClaimedBy(ctx context.Context, tenant, withdrawalID string) (key string, ok bool, err error)
+}
+
+// A Lister is a Store that can list its claims in flight, across tenants,
+// for Admin. A Store that is not one works for every other call of a ledger;
+// Admin's listing and reconciliation return ErrNotSupported on it.
+type Lister interface {
+	// ListInFlight returns the claims in flight that q selects, in every
+	// tenant or in q.Tenants, ordered by ClaimedAt, then Tenant, then Key
+	// (both compared byte by byte), at most q.Limit of them. A claim is in
+	// flight from its Claim until it is settled or released; a done record
+	// (one that Claim made with an outcome) is never listed. Each claim has
+	// its Tenant, Key, Fingerprint (canonical, as the ledger passed it to
+	// Claim), ClaimedAt (when the store made the claim, by the store's
+	// clock) and Token; Sending reports a send running under the claim when
+	// the store knows it, and is false otherwise.
+	//
+	// A claim that stands throughout a walk of pages, each started After the
+	// last claim of the one before, is listed exactly once; a claim made or
+	// closed during the walk may or may not be.
+	ListInFlight(ctx context.Context, q ListQuery) ([]Claim, error)
+}
+
+// ListQuery selects claims in flight for Lister.ListInFlight.
+type ListQuery struct {
+	// ClaimedBefore selects claims made before this time (strictly); the
+	// zero Time selects every claim.
+	ClaimedBefore time.Time
+	// Tenants selects the claims of these tenants only; nil selects every
+	// tenant's, and an empty, non-nil slice none.
+	Tenants []string
+	// After selects the claims that come after this one in the listing's
+	// order: its ClaimedAt, Tenant and Key. Nil starts from the oldest.
+	After *Claim
+	// Limit is the most claims to return, at least 1.
+	Limit int
 }
