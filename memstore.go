@@ -35,7 +35,7 @@ type entry[R Fingerprinter] struct {
 	// claiming request spelled them, for replay; record() returns it
 	// canonical. An amount that starts with a point is kept canonical, as its
 	// canonical form is a new string.
-	fp       Fingerprint
+	fp        Fingerprint
 	outcome   R     // never changes once done
 	token     Token // never changes
 	claimedAt int64 // when claimed, in nanoseconds since the Unix epoch; never changes
