@@ -125,7 +125,8 @@ func BenchmarkSubmitReplay(b *testing.B) {
 }
 
 // floor is the least a fresh submit must do in this design: lock, check both
-// maps, insert both, unlock; call send; lock, store the outcome, unlock. A
+// maps, read the clock for the claim's time (by which the keys in flight are
+// listed), insert both, unlock; call send; lock, store the outcome, unlock. A
 // replay's floor is a locked map lookup. It validates nothing and logs nothing.
 type floor struct {
 	mu      sync.Mutex
@@ -134,9 +135,10 @@ type floor struct {
 }
 
 type floorRecord struct {
-	fp   submissions.Fingerprint
-	out  withdrawal
-	done bool
+	fp        submissions.Fingerprint
+	out       withdrawal
+	claimedAt int64
+	done      bool
 }
 
 var errTaken = errors.New("taken")
@@ -155,7 +157,7 @@ func (f *floor) submit(ctx context.Context, key string, req withdrawal,
 		f.mu.Unlock()
 		return withdrawal{}, errTaken
 	}
-	r := &floorRecord{fp: fp}
+	r := &floorRecord{fp: fp, claimedAt: time.Now().UnixNano()}
 	f.records[key] = r
 	f.claims[fp.WithdrawalID] = key
 	f.mu.Unlock()
