@@ -28,8 +28,12 @@ var (
 
 type withdrawal = storetest.Withdrawal
 
-// opaque hides a store's type: the ledger runs it as it runs any Store.
-type opaque struct{ submissions.Store[withdrawal] }
+// opaque hides a store's type: the ledger runs it as it runs any Store (a
+// Lister, as the memory store is).
+type opaque struct {
+	submissions.Store[withdrawal]
+	submissions.Lister
+}
 
 func memory(*testing.T) submissions.Store[withdrawal] {
 	return submissions.NewMemoryStore[withdrawal]()
@@ -40,7 +44,10 @@ func TestMemoryStore(t *testing.T) {
 }
 
 func TestMemoryStoreBehindTheStoreInterface(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) submissions.Store[withdrawal] { return opaque{memory(t)} })
+	storetest.Run(t, func(t *testing.T) submissions.Store[withdrawal] {
+		st := memory(t)
+		return opaque{st, st.(submissions.Lister)}
+	})
 }
 
 func newWithdrawal(id string) withdrawal {

@@ -37,6 +37,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"release", releaseTests},
 		{"reads", readTests},
 		{"tenants", tenantTests},
+		{"admin", adminTests},
 		{"store failures", failureTests},
 		{"concurrency", concurrencyTests},
 		{"faults", faultTests},
