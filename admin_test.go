@@ -1,0 +1,152 @@
+package submissions_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemledger/submissions"
+)
+
+// The rules of Admin are storetest's; these are its bounds, which are the
+// root package's alone.
+
+// listingLedgers returns a ledger of each kind on a Lister: in memory, and
+// on a store it runs through the Store and Lister interfaces.
+func listingLedgers() map[string]*submissions.Submissions[withdrawal] {
+	st := submissions.NewMemoryStore[withdrawal]()
+	return map[string]*submissions.Submissions[withdrawal]{
+		"memory":               submissions.New[withdrawal](quiet),
+		"behind the interface": submissions.NewWithStore[withdrawal](opaque{st, st.(submissions.Lister)}, quiet),
+	}
+}
+
+// strandAll leaves n keys of s in flight, "req-0" to "req-<n-1>".
+func strandAll(t *testing.T, s *submissions.Submissions[withdrawal], n int) {
+	t.Helper()
+	rail := errors.New("rail timed out")
+	for i := range n {
+		_, err := s.Submit(bg, fmt.Sprint("req-", i), newWithdrawal(fmt.Sprint("w-", i)), func(context.Context, withdrawal) (withdrawal, error) {
+			return withdrawal{}, rail
+		})
+		require.ErrorIs(t, err, submissions.ErrOutcomeUnknown)
+	}
+}
+
+func TestInFlightPageSizes(t *testing.T) {
+	for name, s := range listingLedgers() {
+		t.Run(name, func(t *testing.T) {
+			strandAll(t, s, submissions.MaxListLimit+1)
+			a := s.Admin()
+			for limit, want := range map[int]int{0: submissions.DefaultListLimit, -1: submissions.DefaultListLimit, 1: 1,
+				submissions.MaxListLimit: submissions.MaxListLimit, submissions.MaxListLimit + 1: submissions.MaxListLimit} {
+				claims, err := a.InFlight(bg, submissions.InFlightQuery{Limit: limit})
+				require.NoError(t, err)
+				assert.Len(t, claims, want, "Limit %d", limit)
+			}
+		})
+	}
+}
+
+// TestReconcileWalksEveryPage: Reconcile lists a page at a time, and checks
+// every claim once, oldest first, however many pages they take.
+func TestReconcileWalksEveryPage(t *testing.T) {
+	for name, s := range listingLedgers() {
+		t.Run(name, func(t *testing.T) {
+			const n = 2*submissions.DefaultListLimit + 7
+			strandAll(t, s, n)
+			want, err := s.Admin().InFlight(bg, submissions.InFlightQuery{Limit: submissions.MaxListLimit})
+			require.NoError(t, err)
+			require.Len(t, want, n)
+			var checked []submissions.Claim
+			rep, err := s.Admin().Reconcile(bg, 0, func(_ context.Context, c submissions.Claim) (submissions.Finding[withdrawal], error) {
+				checked = append(checked, c)
+				return submissions.Finding[withdrawal]{Verdict: submissions.VerdictNotSent}, nil
+			})
+			require.NoError(t, err)
+			assert.Equal(t, want, checked, "every claim checked once, oldest first")
+			assert.Equal(t, want, rep.Released)
+			left, err := s.Admin().InFlight(bg, submissions.InFlightQuery{})
+			require.NoError(t, err)
+			assert.Empty(t, left)
+		})
+	}
+}
+
+func TestReconcileRefusesANilCheck(t *testing.T) {
+	_, err := submissions.New[withdrawal](quiet).Admin().Reconcile(bg, 0, nil)
+	require.EqualError(t, err, "submissions: Reconcile with a nil RailCheck")
+}
+
+// TestAdminCallsWithAContextDone: a ctx done before the call is its error,
+// and nothing is read or changed.
+func TestAdminCallsWithAContextDone(t *testing.T) {
+	s := submissions.New[withdrawal](quiet)
+	strandAll(t, s, 1)
+	claims, err := s.Admin().InFlight(bg, submissions.InFlightQuery{})
+	require.NoError(t, err)
+	require.Len(t, claims, 1)
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	a := s.Admin()
+	_, err = a.InFlight(ctx, submissions.InFlightQuery{})
+	assert.ErrorIs(t, err, context.Canceled)
+	_, err = a.Reconcile(ctx, 0, func(context.Context, submissions.Claim) (submissions.Finding[withdrawal], error) {
+		panic("checked")
+	})
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.ErrorIs(t, a.ResolveClaim(ctx, claims[0], newWithdrawal("w-0")), context.Canceled)
+	assert.ErrorIs(t, a.ReleaseClaim(ctx, claims[0]), context.Canceled)
+	_, err = s.Submit(bg, "req-0", newWithdrawal("w-0"), nil)
+	assert.ErrorIs(t, err, submissions.ErrSubmissionInFlight, "still in flight")
+}
+
+// TestReconcileCheckFailsAsItsContextEnds: a check that fails because ctx
+// ended is not a claim's failure: Reconcile returns ctx's error, and the
+// claim is in no list.
+func TestReconcileCheckFailsAsItsContextEnds(t *testing.T) {
+	s := submissions.New[withdrawal](quiet)
+	strandAll(t, s, 2)
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	rep, err := s.Admin().Reconcile(ctx, 0, func(ctx context.Context, _ submissions.Claim) (submissions.Finding[withdrawal], error) {
+		cancel()
+		return submissions.Finding[withdrawal]{}, ctx.Err()
+	})
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, submissions.ReconcileReport{}, rep)
+}
+
+func TestVerdictNames(t *testing.T) {
+	for v, want := range map[submissions.Verdict]string{
+		submissions.VerdictUnknown: "unknown", submissions.VerdictSent: "sent", submissions.VerdictNotSent: "not sent", 9: "Verdict(9)",
+	} {
+		assert.Equal(t, want, v.String())
+	}
+}
+
+func TestClaimErrorNamesTheKey(t *testing.T) {
+	cause := errors.New("rail unreachable")
+	err := error(submissions.ClaimError{Claim: submissions.Claim{Key: "req-1"}, Err: cause})
+	assert.EqualError(t, err, "request key req-1: rail unreachable")
+	assert.ErrorIs(t, err, cause)
+}
+
+// TestInFlightClaimTimes: ClaimedAt is the time of the claim, by the
+// ledger's clock in memory.
+func TestInFlightClaimTimes(t *testing.T) {
+	s := submissions.New[withdrawal](quiet)
+	before := time.Now()
+	strandAll(t, s, 1)
+	after := time.Now()
+	claims, err := s.Admin().InFlight(bg, submissions.InFlightQuery{})
+	require.NoError(t, err)
+	require.Len(t, claims, 1)
+	assert.False(t, claims[0].ClaimedAt.Before(before.Round(0)), "claimed at %v, before %v", claims[0].ClaimedAt, before)
+	assert.False(t, claims[0].ClaimedAt.After(after.Round(0)), "claimed at %v, after %v", claims[0].ClaimedAt, after)
+}
