@@ -34,6 +34,9 @@ func ExampleSchema() {
 	// );
 	// -- A table made before claim tokens gets claim_id, a new one for each row.
 	// ALTER TABLE "payouts"."submissions" ADD COLUMN IF NOT EXISTS claim_id bigint GENERATED ALWAYS AS IDENTITY;
-	// CREATE INDEX IF NOT EXISTS "submissions_in_flight" ON "payouts"."submissions" (tenant, claimed_at) WHERE outcome IS NULL;
+	// -- The keys in flight, oldest first, across tenants; it replaces the index of
+	// -- the keys in flight by tenant that tables made before it have.
+	// CREATE INDEX IF NOT EXISTS "submissions_in_flight_age" ON "payouts"."submissions" (claimed_at, tenant COLLATE "C", request_key COLLATE "C") WHERE outcome IS NULL;
+	// DROP INDEX IF EXISTS "payouts"."submissions_in_flight";
 	// CREATE INDEX IF NOT EXISTS "submissions_settled" ON "payouts"."submissions" (settled_at) WHERE outcome IS NOT NULL;
 }

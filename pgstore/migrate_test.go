@@ -50,7 +50,7 @@ func TestSchemaRunByAMigrationTool(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "0xtx", out.TxHash)
 	var current bool
-	require.NoError(t, pool.QueryRow(bg, st.sql.upToDate, st.names.table, st.names.inFlightName, st.names.settledName).Scan(&current))
+	require.NoError(t, pool.QueryRow(bg, st.sql.upToDate, st.names.table, st.names.inFlightName, st.names.settledName, st.names.oldInFlightName).Scan(&current))
 	assert.True(t, current, "Migrate finds the table up to date")
 }
 

@@ -17,5 +17,8 @@ CREATE TABLE IF NOT EXISTS {{table}} (
 );
 -- A table made before claim tokens gets claim_id, a new one for each row.
 ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS claim_id bigint GENERATED ALWAYS AS IDENTITY;
-CREATE INDEX IF NOT EXISTS {{in_flight_index}} ON {{table}} (tenant, claimed_at) WHERE outcome IS NULL;
+-- The keys in flight, oldest first, across tenants; it replaces the index of
+-- the keys in flight by tenant that tables made before it have.
+CREATE INDEX IF NOT EXISTS {{in_flight_index}} ON {{table}} (claimed_at, tenant COLLATE "C", request_key COLLATE "C") WHERE outcome IS NULL;
+DROP INDEX IF EXISTS {{old_in_flight_index}};
 CREATE INDEX IF NOT EXISTS {{settled_index}} ON {{table}} (settled_at) WHERE outcome IS NOT NULL;

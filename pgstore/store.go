@@ -89,8 +89,9 @@ type names struct {
 	schema, base string // as given: schema is "" for an unqualified table
 	// quoted for SQL
 	table, keyUnique, withdrawalUnique, settledCheck, inFlightIndex, settledIndex string
+	oldInFlightIndex                                                             string // qualified by the schema when the table is
 	// unquoted, as PostgreSQL reports them in errors and catalogs
-	keyConstraint, withdrawalConstraint, inFlightName, settledName string
+	keyConstraint, withdrawalConstraint, inFlightName, settledName, oldInFlightName string
 }
 
 // An Option configures a Store made by New.
@@ -176,13 +177,18 @@ func tableNames(table string) (names, error) {
 	}
 	n.keyConstraint = n.base + "_key_unique"
 	n.withdrawalConstraint = n.base + "_withdrawal_unique"
-	n.inFlightName = n.base + "_in_flight"
+	n.inFlightName = n.base + "_in_flight_age"
+	n.oldInFlightName = n.base + "_in_flight"
 	n.settledName = n.base + "_settled"
 	n.keyUnique = pgx.Identifier{n.keyConstraint}.Sanitize()
 	n.withdrawalUnique = pgx.Identifier{n.withdrawalConstraint}.Sanitize()
 	n.settledCheck = pgx.Identifier{n.base + "_settled_check"}.Sanitize()
 	n.inFlightIndex = pgx.Identifier{n.inFlightName}.Sanitize()
 	n.settledIndex = pgx.Identifier{n.settledName}.Sanitize()
+	n.oldInFlightIndex = pgx.Identifier{n.oldInFlightName}.Sanitize()
+	if n.schema != "" {
+		n.oldInFlightIndex = pgx.Identifier{n.schema, n.oldInFlightName}.Sanitize()
+	}
 	return n, nil
 }
 
@@ -194,6 +200,7 @@ func (n names) ddl() string {
 		"{{withdrawal_unique}}", n.withdrawalUnique,
 		"{{settled_check}}", n.settledCheck,
 		"{{in_flight_index}}", n.inFlightIndex,
+		"{{old_in_flight_index}}", n.oldInFlightIndex,
 		"{{settled_index}}", n.settledIndex,
 	).Replace(schema)
 }
@@ -230,13 +237,14 @@ RETURNING ` + fpCols,
 		// "public.submissions" take the same lock.
 		lock: `SELECT pg_advisory_xact_lock(hashtextextended(
 	'submissions/pgstore migrate ' || coalesce(nullif($1::text, ''), current_schema(), '') || '.' || $2::text, 0))`,
-		// The table has its claim_id column and both indexes: there is
-		// nothing to do, and no DDL takes a lock on the table.
-		upToDate: `SELECT count(*) = 3 FROM (
-	SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'claim_id' AND NOT attisdropped
+		// The table has its claim_id column and both indexes, and not the
+		// index they replace: there is nothing to do, and no DDL takes a
+		// lock on the table.
+		upToDate: `SELECT count(*) FILTER (WHERE NOT old) = 3 AND NOT coalesce(bool_or(old), false) FROM (
+	SELECT false AS old FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'claim_id' AND NOT attisdropped
 	UNION ALL
-	SELECT 1 FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
-	WHERE x.indrelid = to_regclass($1) AND i.relname IN ($2, $3)
+	SELECT i.relname = $4 FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
+	WHERE x.indrelid = to_regclass($1) AND i.relname IN ($2, $3, $4)
 ) AS present`,
 	}
 }
@@ -257,7 +265,7 @@ func (s *Store[R]) Migrate(ctx context.Context) error {
 		return err
 	}
 	var current bool
-	if err := tx.QueryRow(ctx, s.sql.upToDate, s.names.table, s.names.inFlightName, s.names.settledName).Scan(&current); err != nil {
+	if err := tx.QueryRow(ctx, s.sql.upToDate, s.names.table, s.names.inFlightName, s.names.settledName, s.names.oldInFlightName).Scan(&current); err != nil {
 		return fmt.Errorf("pgstore: migrate %s: %w", s.names.table, err)
 	}
 	if !current {
