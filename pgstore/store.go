@@ -89,7 +89,7 @@ type names struct {
 	schema, base string // as given: schema is "" for an unqualified table
 	// quoted for SQL
 	table, keyUnique, withdrawalUnique, settledCheck, inFlightIndex, settledIndex string
-	oldInFlightIndex                                                             string // qualified by the schema when the table is
+	oldInFlightIndex                                                              string // qualified by the schema when the table is
 	// unquoted, as PostgreSQL reports them in errors and catalogs
 	keyConstraint, withdrawalConstraint, inFlightName, settledName, oldInFlightName string
 }
