@@ -17,7 +17,9 @@
 // cannot be recorded (ErrOutcomeNotRecorded), leaves its key claimed, because
 // an error from a rail does not prove that no money moved. The key is refused
 // with ErrSubmissionInFlight until an operator closes it: Resolve records
-// what was found on the rail, Release says that nothing was sent. Every error
+// what was found on the rail, Release says that nothing was sent. Admin lists
+// the keys in flight across tenants, closes one listed claim by its token,
+// and reconciles them from the rail's evidence, never on a timer. Every error
 // belongs to one of three classes, told apart with errors.Is: refused
 // (nothing sent), failed before sending (ErrStoreFailed), or money may have
 // moved; the README has the table of what to do after each.
