@@ -38,6 +38,7 @@ package prommetrics
 
 import (
 	"context"
+	"slices"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -160,8 +161,8 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 		}, []string{"result"}),
 		tenants: o.tenants,
 	}
+	obs.byKind = make([]kindMetrics, int(slices.Max(kinds))+1)
 	for _, k := range kinds {
-		obs.byKind = append(obs.byKind, make([]kindMetrics, int(k)+1-len(obs.byKind))...)
 		m := &obs.byKind[k]
 		m.label = label(k)
 		if !o.tenants {
