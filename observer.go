@@ -9,7 +9,9 @@ import (
 // An Observer is told of every decision a ledger makes, for metrics and
 // traces. Observe runs on the goroutine of the call that decided, before the
 // call returns: it must be safe for concurrent use, quick, and must not call
-// the ledger. A panic in Observe goes on to the ledger's caller.
+// the ledger. A panic in Observe goes on to the ledger's caller; one of
+// EventClaimed leaves the key claimed, as a send that panics does (send was
+// not called: Release it).
 type Observer interface {
 	Observe(ctx context.Context, e Event)
 }

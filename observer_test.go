@@ -151,3 +151,39 @@ func TestEventKindNames(t *testing.T) {
 		assert.Equal(t, want, k.String())
 	}
 }
+
+// panicsOn is an Observer that panics on one kind of event.
+type panicsOn submissions.EventKind
+
+func (p panicsOn) Observe(_ context.Context, e submissions.Event) {
+	if e.Kind == submissions.EventKind(p) {
+		panic("observer exploded")
+	}
+}
+
+// TestObserverPanicLeavesTheLedgerWhole: an Observe that panics on the
+// claim stops the send from being called, and the claim can be released; one
+// that panics on the outcome leaves it recorded.
+func TestObserverPanicLeavesTheLedgerWhole(t *testing.T) {
+	for name, st := range map[string]submissions.Store[withdrawal]{
+		"in memory":            submissions.NewMemoryStore[withdrawal](),
+		"behind the interface": struct{ submissions.Store[withdrawal] }{submissions.NewMemoryStore[withdrawal]()},
+	} {
+		t.Run(name, func(t *testing.T) {
+			sends := 0
+			send := func(_ context.Context, w withdrawal) (withdrawal, error) { sends++; return w, nil }
+			s := submissions.NewWithStore(st, submissions.WithObserver(panicsOn(submissions.EventClaimed)), quiet)
+			require.PanicsWithValue(t, "observer exploded", func() { _, _ = s.Submit(bg, "req-1", newWithdrawal("w-1"), send) })
+			assert.Zero(t, sends, "send is not called")
+			require.NoError(t, s.Release(bg, "req-1"), "the claim is released")
+
+			s = submissions.NewWithStore(st, submissions.WithObserver(panicsOn(submissions.EventSent)), quiet)
+			require.PanicsWithValue(t, "observer exploded", func() { _, _ = s.Submit(bg, "req-2", newWithdrawal("w-1"), send) })
+			assert.Equal(t, 1, sends)
+			out, ok, err := s.Outcome(bg, "req-2")
+			require.NoError(t, err)
+			require.True(t, ok, "the answer is recorded")
+			assert.Equal(t, newWithdrawal("w-1"), out)
+		})
+	}
+}

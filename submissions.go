@@ -200,7 +200,6 @@ func (s *Submissions[R]) SubmitOrReplay(ctx context.Context, key string, req R,
 func (s *Submissions[R]) sendAndRecord(ctx context.Context, sh *shared[R], sending sending[R], key string, fp, given *Fingerprint, req *R,
 	send func(ctx context.Context, req R) (R, error)) (R, error) {
 	var zero R
-	s.report(ctx, sh, EventClaimed, key, fp.WithdrawalID, 0, nil)
 	var start time.Time // when send started, timed for an observer only
 	took := func() time.Duration {
 		if sh.observer == nil {
@@ -219,6 +218,9 @@ func (s *Submissions[R]) sendAndRecord(ctx context.Context, sh *shared[R], sendi
 				fmt.Errorf("%w: request key %s: %s", ErrOutcomeUnknown, key, under))
 		}
 	}()
+	under = "the observer panicked, and send was not called"
+	s.report(ctx, sh, EventClaimed, key, fp.WithdrawalID, 0, nil)
+	under = "send did not return"
 	if sh.observer != nil {
 		start = time.Now()
 	}

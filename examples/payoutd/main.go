@@ -66,6 +66,13 @@
 // (a refused send moves nothing). Several processes each count their own; a
 // client sums them.
 //
+// GET /metrics serves Prometheus metrics: the ledger's decisions, the sends
+// running and how long sends took, as package examples/prommetrics names
+// them, and the Go runtime's and the process's. They have no tenant label
+// (here any client names any tenant). Each process counts its own. A real
+// service would serve them on an address of its own, out of its clients'
+// reach.
+//
 // # Tenants
 //
 // The X-Tenant header names the request's tenant; without it, the default

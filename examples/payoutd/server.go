@@ -11,8 +11,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/examples/prommetrics"
 	"github.com/idemledger/submissions/idemhttp"
 	"github.com/idemledger/submissions/pgstore"
 )
@@ -42,15 +46,23 @@ type server struct {
 	mux         *http.ServeMux
 }
 
-// newServer returns the API over cfg's stores. With a pool it brings the
-// ledger's table and the withdrawals table up to date first.
+// newServer returns the API over cfg's stores, with metrics of its own. With
+// a pool it brings the ledger's table and the withdrawals table up to date
+// first.
 func newServer(ctx context.Context, cfg config) (*server, error) {
 	s := &server{rail: cfg.Rail, sendTimeout: cfg.SendTimeout, log: cfg.Logger, mux: http.NewServeMux()}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	obs, err := prommetrics.New(reg) // no tenant label: any client names any tenant here
+	if err != nil {
+		return nil, err
+	}
+	opts := []submissions.Option{submissions.WithLogger(s.log), submissions.WithObserver(obs)}
 	if cfg.Pool == nil {
-		s.ledger = submissions.New[Withdrawal](submissions.WithLogger(s.log))
+		s.ledger = submissions.New[Withdrawal](opts...)
 		s.withdrawals = &memWithdrawals{}
 	} else {
 		store, err := pgstore.New[Withdrawal](cfg.Pool)
@@ -64,13 +76,17 @@ func newServer(ctx context.Context, cfg config) (*server, error) {
 		if err := ws.migrate(ctx); err != nil {
 			return nil, err
 		}
-		s.ledger = submissions.NewWithStore[Withdrawal](store, submissions.WithLogger(s.log))
+		s.ledger = submissions.NewWithStore[Withdrawal](store, opts...)
 		s.withdrawals = ws
 	}
 	s.mux.HandleFunc("POST /withdrawals", s.create)
 	s.mux.HandleFunc("POST /withdrawals/{id}/submit", s.submit)
 	s.mux.HandleFunc("GET /withdrawals/{id}", s.get)
 	s.mux.HandleFunc("GET /rail/sends", s.sends)
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelError),
+		Registry: reg, // counts its own errors
+	}))
 	return s, nil
 }
 
