@@ -7,7 +7,8 @@ import (
 
 // The errors of a ledger, in three classes by what the caller may do next.
 // Refused, nothing sent: ErrInvalidTenant, ErrInvalidKey, ErrInvalidFingerprint,
-// ErrIdempotencyConflict (and *ConflictError), ErrSubmissionInFlight, and for
+// ErrIdempotencyConflict (and *ConflictError), ErrSubmissionInFlight, for Wait
+// ErrUnknownKey, and for
 // Admin's calls ErrClaimChanged and ErrNotSupported. Failed before sending:
 // ErrStoreFailed. Money may have moved: ErrOutcomeUnknown and
 // ErrOutcomeNotRecorded.
@@ -39,6 +40,11 @@ var (
 	// was sent by this call. Retry later, or see the outcome with Outcome; an
 	// operator closes a key left in flight with Resolve or Release.
 	ErrSubmissionInFlight = errors.New("submission in flight")
+
+	// ErrUnknownKey: Wait's key has no claim: it was never claimed, or it
+	// was released (before or while Wait waited). Nothing was sent by this
+	// call. A Submit under the key claims it afresh.
+	ErrUnknownKey = errors.New("request key is not claimed")
 
 	// ErrStoreFailed: the store failed or could not be reached, and this call
 	// sent nothing. A write it was making may or may not stand: a Submit

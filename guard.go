@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 )
 
 // guard makes a backend of any Store. It keeps, in the ledger's memory, the
@@ -17,9 +18,9 @@ import (
 type guard[R Fingerprinter] struct {
 	Store[R]
 
-	mu       sync.Mutex             // protects everything below, and every claiming
-	claiming map[keyRef][]*claiming // keys in Store.Claim for a send, each claim of them
-	sending  map[claimRef]struct{}  // claims being sent
+	mu       sync.Mutex                 // protects everything below, and every claiming
+	claiming map[keyRef][]*claiming     // keys in Store.Claim for a send, each claim of them
+	sending  map[claimRef]chan struct{} // claims being sent, each with the channel closed when its send ends, made by a wait for it
 }
 
 // claiming is one Store.Claim of a key for a send, until it returns.
@@ -42,7 +43,7 @@ type claimRef struct {
 var errWaitEnded = errors.New("waited for a claim of the key")
 
 func newGuard[R Fingerprinter](st Store[R]) *guard[R] {
-	return &guard[R]{Store: st, claiming: make(map[keyRef][]*claiming), sending: make(map[claimRef]struct{})}
+	return &guard[R]{Store: st, claiming: make(map[keyRef][]*claiming), sending: make(map[claimRef]chan struct{})}
 }
 
 func (g *guard[R]) claimToSend(ctx context.Context, tenant, key string, fp Fingerprint, _, _ string) (*Fingerprint, *R, sending[R], error) {
@@ -60,7 +61,7 @@ func (g *guard[R]) claimToSend(ctx context.Context, tenant, key string, fp Finge
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		if claimed && err == nil {
-			g.sending[claimRef{k, rec.Token}] = struct{}{}
+			g.sending[claimRef{k, rec.Token}] = nil
 		}
 		if rest := slices.DeleteFunc(g.claiming[k], func(o *claiming) bool { return o == c }); len(rest) > 0 {
 			g.claiming[k] = rest
@@ -95,10 +96,26 @@ func (g *guard[R]) releaseIdle(ctx context.Context, tenant, key string) (Record[
 // store, unless the ledger is sending it.
 func (g *guard[R]) releaseClaim(ctx context.Context, tenant, key string, token Token) (Record[R], bool, error) {
 	k := keyRef{tenant, key}
-	// The claim may be one that a Store.Claim of this ledger made and has
-	// not returned yet. Such a claim was in the store when the caller saw
-	// it: wait for those to return (a claim made later cannot have made the
-	// claim seen), then see whether the ledger sends it.
+	if err := g.claimsReturned(ctx, k); err != nil {
+		return Record[R]{}, false, err
+	}
+	g.mu.Lock()
+	_, sending := g.sending[claimRef{k, token}]
+	g.mu.Unlock()
+	if sending {
+		return Record[R]{}, false, errSending
+	}
+	// No claim of this ledger can make the claim seen: it stands until it
+	// is released, and Release frees no other.
+	return g.Store.Release(ctx, tenant, key, token)
+}
+
+// claimsReturned waits for the Store.Claim calls of k under way to return,
+// so that a claim of k the caller has seen in the store is known to be sent
+// by this ledger or not. A claim that this ledger's Store.Claim made and
+// that has not returned yet was in the store when the caller saw it; a claim
+// made later cannot have made the claim seen.
+func (g *guard[R]) claimsReturned(ctx context.Context, k keyRef) error {
 	g.mu.Lock()
 	var waits []chan struct{}
 	for _, c := range g.claiming[k] {
@@ -112,18 +129,97 @@ func (g *guard[R]) releaseClaim(ctx context.Context, tenant, key string, token T
 		select {
 		case <-returned:
 		case <-ctx.Done():
-			return Record[R]{}, false, fmt.Errorf("%w: %w", errWaitEnded, ctx.Err())
+			return fmt.Errorf("%w: %w", errWaitEnded, ctx.Err())
 		}
 	}
+	return nil
+}
+
+// waitKey waits for key's claim. A claim this ledger is sending is waited
+// for here, in memory, until its send ends. Any other claim in flight may be
+// sent by another process: it is waited for in the store, until it is
+// settled or released, with the Store's WaitClaim when it is a Waiter and
+// otherwise by polling Lookup, first after pollFirst, then less and less
+// often, at least every pollMost.
+func (g *guard[R]) waitKey(ctx context.Context, tenant, key string) (R, error) {
+	var zero R
+	rec, ok, err := g.Store.Lookup(ctx, tenant, key)
+	switch {
+	case err != nil:
+		return zero, err
+	case !ok:
+		return zero, errNotClaimed
+	case rec.Done:
+		return rec.Outcome, nil
+	}
+	k := keyRef{tenant, key}
+	ref := claimRef{k, rec.Token}
+	if err := g.claimsReturned(ctx, k); err != nil {
+		return zero, ctx.Err()
+	}
 	g.mu.Lock()
-	_, sending := g.sending[claimRef{k, token}]
+	ended, sending := g.sending[ref]
+	if sending && ended == nil {
+		ended = make(chan struct{})
+		g.sending[ref] = ended
+	}
 	g.mu.Unlock()
 	if sending {
-		return Record[R]{}, false, errSending
+		select {
+		case <-ended:
+		case <-ctx.Done():
+			return zero, ctx.Err()
+		}
+		if rec, ok, err = g.Store.Lookup(ctx, tenant, key); err != nil {
+			return zero, err
+		}
+		switch {
+		case !ok || rec.Token != ref.token:
+			return zero, errReleased
+		case rec.Done:
+			return rec.Outcome, nil
+		}
+		return zero, errNoOutcome
 	}
-	// No claim of this ledger can make the claim seen: it stands until it
-	// is released, and Release frees no other.
-	return g.Store.Release(ctx, tenant, key, token)
+	if w, ok := g.Store.(Waiter[R]); ok {
+		rec, ok, err = w.WaitClaim(ctx, tenant, key, ref.token)
+	} else {
+		rec, ok, err = g.poll(ctx, tenant, key, ref.token)
+	}
+	switch {
+	case err != nil:
+		return zero, err
+	case !ok || rec.Token != ref.token:
+		return zero, errReleased
+	case !rec.Done: // a Waiter that broke its contract
+		return zero, errNoOutcome
+	}
+	return rec.Outcome, nil
+}
+
+// The intervals of guard's polling of a Store that is not a Waiter.
+const (
+	pollFirst = 5 * time.Millisecond
+	pollMost  = time.Second
+)
+
+// poll reads key's record until its claim token is no longer in flight, or
+// ctx ends.
+func (g *guard[R]) poll(ctx context.Context, tenant, key string, token Token) (Record[R], bool, error) {
+	t := time.NewTimer(pollFirst)
+	defer t.Stop()
+	for every := pollFirst; ; every = min(2*every, pollMost) {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return Record[R]{}, false, ctx.Err()
+		}
+		rec, ok, err := g.Store.Lookup(ctx, tenant, key)
+		if err != nil || !ok || rec.Done || rec.Token != token {
+			return rec, ok, err
+		}
+		t.Reset(every)
+	}
 }
 
 // listInFlight lists the Store's claims in flight, each Sending when this
@@ -175,5 +271,8 @@ func (s *guardSending[R]) abandon() {
 	s.ended = true
 	s.g.mu.Lock()
 	defer s.g.mu.Unlock()
+	if ended := s.g.sending[s.ref]; ended != nil {
+		close(ended)
+	}
 	delete(s.g.sending, s.ref)
 }

@@ -13,10 +13,11 @@ import (
 // claim carries the mark of a send running under it, set and checked in the
 // same step as every change, so a ledger on it needs no guard.
 type memStore[R Fingerprinter] struct {
-	mu      sync.Mutex           // protects everything below, every space and every entry
-	def     space[R]             // the default tenant's
-	tenants map[string]*space[R] // every other tenant's, made by its first claim
-	tokens  Token                // the last token given
+	mu      sync.Mutex                  // protects everything below, every space and every entry
+	def     space[R]                    // the default tenant's
+	tenants map[string]*space[R]        // every other tenant's, made by its first claim
+	tokens  Token                       // the last token given
+	waiting map[*entry[R]]chan struct{} // claims being sent that a wait waits for: each closed when its send ends, or the claim closes
 }
 
 // space is one tenant's keys and claims in the memory store.
@@ -176,6 +177,7 @@ func (e *entry[R]) settle(_ context.Context, outcome R) (*R, bool, error) {
 	e.space.store.mu.Lock()
 	defer e.space.store.mu.Unlock()
 	e.sending = false
+	e.wake()
 	switch {
 	case e.released:
 		return nil, false, nil
@@ -192,6 +194,7 @@ func (e *entry[R]) settleOnce(outcome R) bool {
 		return false
 	}
 	e.outcome, e.done = outcome, true
+	e.wake()
 	return true
 }
 
@@ -199,6 +202,63 @@ func (e *entry[R]) abandon() {
 	e.space.store.mu.Lock()
 	defer e.space.store.mu.Unlock()
 	e.sending = false
+	e.wake()
+}
+
+// wake ends the waits for e, if there are any. The caller holds the lock.
+func (e *entry[R]) wake() {
+	m := e.space.store
+	if len(m.waiting) == 0 { // the fresh path: nobody waits
+		return
+	}
+	if ch, ok := m.waiting[e]; ok {
+		close(ch)
+		delete(m.waiting, e)
+	}
+}
+
+// waitKey waits for tenant's claim of key: its outcome once it has one;
+// errNoOutcome when no send of it is running, or its send ends without an
+// outcome; errNotClaimed for an unknown key, errReleased for one released
+// while it waited; ctx's error when ctx ends first.
+func (m *memStore[R]) waitKey(ctx context.Context, tenant, key string) (R, error) {
+	var zero R
+	m.mu.Lock()
+	e, ok := m.find(tenant, key)
+	switch {
+	case !ok:
+		m.mu.Unlock()
+		return zero, errNotClaimed
+	case e.done:
+		m.mu.Unlock()
+		return e.outcome, nil
+	case !e.sending:
+		m.mu.Unlock()
+		return zero, errNoOutcome
+	}
+	ch, ok := m.waiting[e]
+	if !ok {
+		if m.waiting == nil {
+			m.waiting = make(map[*entry[R]]chan struct{})
+		}
+		ch = make(chan struct{})
+		m.waiting[e] = ch
+	}
+	m.mu.Unlock()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case e.done:
+		return e.outcome, nil
+	case e.released:
+		return zero, errReleased
+	}
+	return zero, errNoOutcome
 }
 
 // Release implements Store.
@@ -247,6 +307,7 @@ func (e *entry[R]) release(key string) (Record[R], bool, error) {
 	delete(e.space.keys, key)
 	e.space.claims.release(e.fp.WithdrawalID, key)
 	e.released = true
+	e.wake()
 	return e.record(), true, nil
 }
 

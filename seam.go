@@ -34,6 +34,13 @@ type backend[R Fingerprinter] interface {
 	// sending it, when it returns errSending.
 	releaseClaim(ctx context.Context, tenant, key string, token Token) (rec Record[R], released bool, err error)
 
+	// waitKey waits for key's claim to have an outcome, which it returns;
+	// errNoOutcome when the ledger knows that no send of the claim runs, or
+	// its send ended without an outcome; errNotClaimed for a key without a
+	// claim, errReleased for a claim released while it waited; ctx's error
+	// when ctx ends first.
+	waitKey(ctx context.Context, tenant, key string) (R, error)
+
 	// listInFlight is Lister.ListInFlight, with Sending set for the claims
 	// the ledger is sending; errNotLister when the Store is not a Lister.
 	listInFlight(ctx context.Context, q ListQuery) ([]Claim, error)
@@ -55,6 +62,13 @@ type sending[R Fingerprinter] interface {
 // errSending is the refusal of releaseIdle and releaseClaim of a claim the
 // ledger is sending.
 var errSending = errors.New("send running")
+
+// waitKey's answers other than an outcome or ctx's error.
+var (
+	errNoOutcome  = errors.New("no send of the claim is running")
+	errNotClaimed = errors.New("not claimed")
+	errReleased   = errors.New("released while waited for")
+)
 
 // errNotLister is listInFlight's error on a Store that is not a Lister.
 var errNotLister = errors.New("the store is not a Lister")

@@ -92,6 +92,18 @@ type Lister interface {
 	ListInFlight(ctx context.Context, q ListQuery) ([]Claim, error)
 }
 
+// A Waiter is a Store that can wait for a claim to close, for
+// Submissions.Wait. A Store that is not one is polled with Lookup instead.
+type Waiter[R Fingerprinter] interface {
+	// WaitClaim blocks until key's claim token is no longer in flight and
+	// returns key's record then, with ok false when key has none: the claim
+	// was settled (the record of token, Done) or released (no record, or the
+	// record of a later claim). It returns at once when the claim is not in
+	// flight when called, and ctx's error when ctx ends first. A claim
+	// settled or released through any Store on the same state ends the wait.
+	WaitClaim(ctx context.Context, tenant, key string, token Token) (rec Record[R], ok bool, err error)
+}
+
 // ListQuery selects claims in flight for Lister.ListInFlight.
 type ListQuery struct {
 	// ClaimedBefore selects claims made before this time (strictly); the
