@@ -145,7 +145,7 @@ func (s *Store[R]) Settle(ctx context.Context, tenant, key string, token submiss
 		return submissions.Record[R]{}, false, err
 	}
 	var fp submissions.Fingerprint
-	err = s.pool.QueryRow(ctx, s.sql.settle, tenant, key, int64(token), encoded).Scan(&fp.WithdrawalID, &fp.Amount, &fp.Currency, &fp.Destination)
+	err = s.pool.QueryRow(ctx, s.sql.settle, tenant, key, int64(token), encoded).Scan(&fp.WithdrawalID, &fp.Amount, &fp.Currency, &fp.Destination, nil)
 	switch {
 	case err == nil:
 		return submissions.Record[R]{Fingerprint: fp, Outcome: outcome, Done: true, Token: token}, true, nil
@@ -162,7 +162,7 @@ func (s *Store[R]) Settle(ctx context.Context, tenant, key string, token submiss
 // or gone (the zero Record).
 func (s *Store[R]) Release(ctx context.Context, tenant, key string, token submissions.Token) (submissions.Record[R], bool, error) {
 	var fp submissions.Fingerprint
-	err := s.pool.QueryRow(ctx, s.sql.release, tenant, key, int64(token)).Scan(&fp.WithdrawalID, &fp.Amount, &fp.Currency, &fp.Destination)
+	err := s.pool.QueryRow(ctx, s.sql.release, tenant, key, int64(token)).Scan(&fp.WithdrawalID, &fp.Amount, &fp.Currency, &fp.Destination, nil)
 	switch {
 	case err == nil:
 		s.recent.forget(tenant, key) // its next claim is most likely a fresh one
@@ -187,17 +187,7 @@ func (s *Store[R]) claimDone(ctx context.Context, tenant, key string, token subm
 // Lookup implements submissions.Store: one SELECT of tenant's row of key, returned as
 // its record with its token, or ok false when key has none.
 func (s *Store[R]) Lookup(ctx context.Context, tenant, key string) (submissions.Record[R], bool, error) {
-	var row storedRow
-	err := s.pool.QueryRow(ctx, s.sql.lookup, tenant, key).
-		Scan(&row.token, &row.fp.WithdrawalID, &row.fp.Amount, &row.fp.Currency, &row.fp.Destination, &row.outcome)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return submissions.Record[R]{}, false, nil
-	case err != nil:
-		return submissions.Record[R]{}, false, s.translate(err)
-	}
-	rec, err := s.record(key, row)
-	return rec, err == nil, err
+	return s.lookupOn(ctx, s.pool, tenant, key)
 }
 
 // ClaimedBy implements submissions.Store: one SELECT of the key whose row of

@@ -67,6 +67,7 @@ type Store[R submissions.Fingerprinter] struct {
 // statements are the store's SQL, for its table.
 type statements struct {
 	insert, lookup, claimedBy, settle, release, holder string
+	channel                                            string // WaitClaim's
 	lock, upToDate                                     string // Migrate's
 }
 
@@ -212,6 +213,10 @@ func sqlFor(n names) statements {
 	const cols = "claim_id, withdrawal_id, amount, currency, destination, outcome"
 	const fpCols = "withdrawal_id, amount, currency, destination"
 	table := n.table
+	// A table's channel is named after its oid, however its name is spelled;
+	// a notification's payload names the tenant and key, as waitPayload does.
+	channel := `'submissions_' || '` + table + `'::regclass::oid::text`
+	notify := `pg_notify(` + channel + `, octet_length($1::text)::text || ':' || $1::text || $2::text)::text`
 	return statements{
 		// The claim: the unique constraints decide, and the row's token
 		// comes back.
@@ -227,11 +232,17 @@ RETURNING claim_id`,
 FROM (SELECT 1) AS one
 LEFT JOIN ` + table + ` k ON k.tenant = $1 AND k.request_key = $2
 LEFT JOIN ` + table + ` h ON h.tenant = $1 AND h.withdrawal_id = $3`,
-		settle: `UPDATE ` + table + ` SET outcome = $4, settled_at = now()
+		// Settling and releasing a claim notify its waiters, on the table's
+		// channel, in the same transaction: the notification is sent when
+		// the change commits, and only if it does.
+		settle: `WITH settled AS (UPDATE ` + table + ` SET outcome = $4, settled_at = now()
 WHERE tenant = $1 AND request_key = $2 AND claim_id = $3 AND outcome IS NULL
-RETURNING ` + fpCols,
-		release: `DELETE FROM ` + table + ` WHERE tenant = $1 AND request_key = $2 AND claim_id = $3 AND outcome IS NULL
-RETURNING ` + fpCols,
+RETURNING ` + fpCols + `)
+SELECT ` + fpCols + `, ` + notify + ` FROM settled`,
+		release: `WITH released AS (DELETE FROM ` + table + ` WHERE tenant = $1 AND request_key = $2 AND claim_id = $3 AND outcome IS NULL
+RETURNING ` + fpCols + `)
+SELECT ` + fpCols + `, ` + notify + ` FROM released`,
+		channel: `SELECT ` + channel,
 		// The lock is named after the table where CREATE TABLE puts it: an
 		// unqualified name is in current_schema(), so that "submissions" and
 		// "public.submissions" take the same lock.

@@ -1,0 +1,170 @@
+package pgstore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemledger/submissions"
+)
+
+// waited is what a WaitClaim returned.
+type waited struct {
+	rec submissions.Record[w]
+	ok  bool
+	err error
+}
+
+// goWaitClaim runs st.waitClaim on a goroutine and returns the channel of its
+// result.
+func goWaitClaim(ctx context.Context, st *Store[w], key string, token submissions.Token, poll time.Duration) <-chan waited {
+	done := make(chan waited, 1)
+	go func() {
+		rec, ok, err := st.waitClaim(ctx, "", key, token, poll)
+		done <- waited{rec, ok, err}
+	}()
+	return done
+}
+
+// requireListening stops t unless a session, within ten seconds, is idle
+// after reading key's row of table: a WaitClaim that listens and waits.
+func requireListening(t *testing.T, pool *pgxpool.Pool, table string) {
+	t.Helper()
+	lookup := `FROM "` + table + `" WHERE tenant = $1 AND request_key = $2`
+	require.Eventually(t, func() bool {
+		var n int
+		err := pool.QueryRow(bg, `SELECT count(*) FROM pg_stat_activity WHERE state = 'idle' AND position($1 in query) > 0`, lookup).Scan(&n)
+		return err == nil && n > 0
+	}, 10*time.Second, 5*time.Millisecond)
+}
+
+// requireGivenBack stops t unless every connection of pool is back in it,
+// none listening.
+func requireGivenBack(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	require.Zero(t, pool.Stat().AcquiredConns(), "connections still taken")
+	conns := pool.AcquireAllIdle(bg)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for _, c := range conns {
+		var n int
+		require.NoError(t, c.QueryRow(bg, `SELECT count(*) FROM pg_listening_channels()`).Scan(&n))
+		assert.Zero(t, n, "a connection given back still listens")
+	}
+}
+
+// TestWaitClaimHearsAnotherPool: a claim settled or released through a Store
+// on another pool (another instance) ends a WaitClaim by its notification,
+// long before the WaitClaim would read the row again.
+func TestWaitClaimHearsAnotherPool(t *testing.T) {
+	poolA, poolB := testPool(t, 4), testPool(t, 4)
+	a := newTestStore[w](t, poolA)
+	b, err := New[w](poolB, WithTable(a.names.base))
+	require.NoError(t, err)
+
+	for _, settle := range []bool{true, false} {
+		key := "req-" + map[bool]string{true: "settled", false: "released"}[settle]
+		x := newW("w-" + key)
+		rec, claimed, err := a.Claim(bg, "", key, x.Fingerprint(), nil)
+		require.NoError(t, err)
+		require.True(t, claimed)
+		done := goWaitClaim(bg, b, key, rec.Token, time.Hour)
+		requireListening(t, poolA, a.names.base)
+		start := time.Now()
+		if settle {
+			_, ok, err := a.Settle(bg, "", key, rec.Token, sent(x, "0x1"))
+			require.NoError(t, err)
+			require.True(t, ok)
+		} else {
+			_, ok, err := a.Release(bg, "", key, rec.Token)
+			require.NoError(t, err)
+			require.True(t, ok)
+		}
+		got := <-done
+		require.NoError(t, got.err)
+		assert.Less(t, time.Since(start), 10*time.Second)
+		assert.Equal(t, settle, got.ok, "the key has a record")
+		if settle {
+			assert.True(t, got.rec.Done)
+			assert.Equal(t, sent(x, "0x1"), got.rec.Outcome)
+		}
+	}
+	requireGivenBack(t, poolB)
+}
+
+// TestWaitClaimReadsAgainWhenANotificationIsLost: an outcome written without
+// a notification (one lost) is found by the WaitClaim's next read.
+func TestWaitClaimReadsAgainWhenANotificationIsLost(t *testing.T) {
+	pool := testPool(t, 4)
+	st := newTestStore[w](t, pool)
+	x := newW("w-1")
+	rec, _, err := st.Claim(bg, "", "req-1", x.Fingerprint(), nil)
+	require.NoError(t, err)
+	done := goWaitClaim(bg, st, "req-1", rec.Token, 50*time.Millisecond)
+	requireListening(t, pool, st.names.base)
+	encoded, err := st.encode("req-1", sent(x, "0x1"))
+	require.NoError(t, err)
+	_, err = pool.Exec(bg, `UPDATE `+st.names.table+` SET outcome = $1, settled_at = now() WHERE request_key = 'req-1'`, encoded)
+	require.NoError(t, err)
+	got := <-done
+	require.NoError(t, got.err)
+	require.True(t, got.ok)
+	assert.Equal(t, sent(x, "0x1"), got.rec.Outcome)
+	requireGivenBack(t, pool)
+}
+
+// TestWaitClaimGivesItsConnectionBack: however a WaitClaim ends (ctx, an
+// outcome, a claim that is not in flight), its connection goes back to the
+// pool, listening to nothing; the waits of a ledger take one connection each
+// while they wait, and leave the rest to other calls.
+func TestWaitClaimGivesItsConnectionBack(t *testing.T) {
+	pool := testPool(t, 3)
+	st := newTestStore[w](t, pool)
+	x := newW("w-1")
+	rec, _, err := st.Claim(bg, "", "req-1", x.Fingerprint(), nil)
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(bg)
+	done := goWaitClaim(ctx, st, "req-1", rec.Token, time.Hour)
+	requireListening(t, pool, st.names.base)
+	assert.EqualValues(t, 1, pool.Stat().AcquiredConns(), "a wait holds one connection")
+	cancel()
+	got := <-done
+	require.ErrorIs(t, got.err, context.Canceled)
+	requireGivenBack(t, pool)
+
+	_, _, err = st.WaitClaim(bg, "", "req-1", rec.Token+1)
+	require.NoError(t, err, "another claim's token: not in flight")
+	_, ok, err := st.WaitClaim(bg, "", "req-unknown", 1)
+	require.NoError(t, err)
+	require.False(t, ok)
+	requireGivenBack(t, pool)
+
+	ledger := submissions.NewWithStore[w](st, submissions.WithLogger(quiet))
+	elsewhere := submissions.NewWithStore[w](struct {
+		submissions.Store[w]
+		submissions.Waiter[w]
+	}{st, st}, submissions.WithLogger(quiet))
+	_, err = ledger.Submit(bg, "req-2", newW("w-2"), nil)
+	require.NoError(t, err)
+	waits := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := elsewhere.Wait(bg, "req-1")
+			waits <- err
+		}()
+	}
+	require.Eventually(t, func() bool { return pool.Stat().AcquiredConns() == 2 }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, ledger.Resolve(bg, "req-1", sent(x, "0x1")))
+	for range 2 {
+		require.NoError(t, <-waits)
+	}
+	requireGivenBack(t, pool)
+}
