@@ -12,6 +12,24 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// TestDoubleTapWaitsForTheOutcome: with -wait, the taps that find the key in
+// flight wait for the send's outcome and get it as a replay: every tap a 201
+// with the same body, one send.
+func TestDoubleTapWaitsForTheOutcome(t *testing.T) {
+	forEachStore(t, func(t *testing.T, db string) {
+		a := serveWaiting(t, db, newRail(50*time.Millisecond, 0, 0), 10*time.Second, 10*time.Second)
+		ids := []string{create(t, a, ""), create(t, a, "")}
+		got := taps(t, []string{a.url}, "", keyPer("tap-"), ids, 32)
+		for _, id := range ids {
+			checkTaps(t, id, got[id])
+			for _, res := range got[id] {
+				assert.Equal(t, http.StatusCreated, res.status, "every tap waits for the outcome: %s", res.body)
+			}
+			assert.Equal(t, 1, a.rail.Sends()[id])
+		}
+	})
+}
+
 func TestDoubleTapSendsOnce(t *testing.T) {
 	forEachStore(t, func(t *testing.T, db string) {
 		a := serve(t, db, newRail(50*time.Millisecond, 0, 0), 10*time.Second)
@@ -20,9 +38,15 @@ func TestDoubleTapSendsOnce(t *testing.T) {
 		got := taps(t, []string{a.url}, "", keyPer("tap-"), ids, 32)
 
 		want := map[string]int{}
+		conflicts := 0
 		for _, id := range ids {
 			want[id] = 1
 			sent := checkTaps(t, id, got[id])
+			for _, res := range got[id] {
+				if res.status == http.StatusConflict {
+					conflicts++
+				}
+			}
 
 			res := do(t, "POST", a.url+"/withdrawals/"+id+"/submit", "-", "tap-"+id, "")
 			assert.Equal(t, http.StatusCreated, res.status)
@@ -37,6 +61,7 @@ func TestDoubleTapSendsOnce(t *testing.T) {
 		}
 		assert.Equal(t, want, a.rail.Sends(), "the rail's own count")
 		assert.Equal(t, want, railSends(t, a.url), "GET /rail/sends")
+		assert.Positive(t, conflicts, "without -wait, taps during the send get 409")
 	})
 }
 

@@ -46,7 +46,9 @@
 //
 //	400  Idempotency-Key missing or invalid
 //	404  no such withdrawal (or another tenant's)
-//	409  the key's send is still running, or ended without an answer
+//	409  the key's send is still running, or ended without an answer (with
+//	     -wait d, a repeat first waits up to d for the running send's outcome:
+//	     201 replayed if it comes, 502 if the send ends without one)
 //	409  another key holds the withdrawal: "holder" names it; look it up
 //	422  the key was used for another withdrawal
 //	503  the store failed (Retry-After): retry with the same key
@@ -129,6 +131,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	addr := flags.String("addr", "127.0.0.1:8080", "`address` to listen on; port 0 picks a free one")
 	databaseURL := flags.String("database-url", "", "PostgreSQL connection `string`; empty keeps everything in memory")
 	sendTimeout := flags.Duration("send-timeout", 10*time.Second, "how long a send may take")
+	wait := flags.Duration("wait", 0, "how long a repeat of a key whose send runs waits for its outcome (then 201, replayed) before a 409; 0 answers 409 at once")
 	latency := flags.Duration("rail-latency", 0, "how long the fake rail takes to answer")
 	failShare := flags.Float64("rail-fail", 0, "`share` of sends (0 to 1) the fake rail refuses, moving no money")
 	timeoutShare := flags.Float64("rail-timeout-share", 0, "`share` of sends (0 to 1) that move money and never answer")
@@ -145,7 +148,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 
-	cfg := config{Rail: newRail(*latency, *failShare, *timeoutShare), SendTimeout: *sendTimeout, Logger: log}
+	cfg := config{Rail: newRail(*latency, *failShare, *timeoutShare), SendTimeout: *sendTimeout, Wait: *wait, Logger: log}
 	if *databaseURL != "" {
 		pool, err := connect(*databaseURL)
 		if err != nil {

@@ -99,7 +99,14 @@ type api struct {
 // sendTimeout, and returns its address. It is closed when the test ends.
 func serve(t *testing.T, db string, rail *rail, sendTimeout time.Duration) *api {
 	t.Helper()
-	cfg := config{Rail: rail, SendTimeout: sendTimeout, Logger: slog.New(slog.DiscardHandler)}
+	return serveWaiting(t, db, rail, sendTimeout, 0)
+}
+
+// serveWaiting is serve with a server whose repeats of a key in flight wait
+// up to wait for its outcome.
+func serveWaiting(t *testing.T, db string, rail *rail, sendTimeout, wait time.Duration) *api {
+	t.Helper()
+	cfg := config{Rail: rail, SendTimeout: sendTimeout, Wait: wait, Logger: slog.New(slog.DiscardHandler)}
 	if db != "" {
 		cfg.Pool = testPool(t, db)
 	}

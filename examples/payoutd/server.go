@@ -33,6 +33,7 @@ type config struct {
 	Pool        *pgxpool.Pool // PostgreSQL; nil keeps everything in memory
 	Rail        *rail
 	SendTimeout time.Duration // how long a send may run
+	Wait        time.Duration // how long a repeat of a key in flight waits for its outcome before a 409; 0 answers 409 at once
 	Logger      *slog.Logger  // nil: slog.Default()
 }
 
@@ -42,6 +43,7 @@ type server struct {
 	withdrawals withdrawals
 	rail        *rail
 	sendTimeout time.Duration
+	wait        time.Duration
 	log         *slog.Logger
 	mux         *http.ServeMux
 }
@@ -50,7 +52,7 @@ type server struct {
 // a pool it brings the ledger's table and the withdrawals table up to date
 // first.
 func newServer(ctx context.Context, cfg config) (*server, error) {
-	s := &server{rail: cfg.Rail, sendTimeout: cfg.SendTimeout, log: cfg.Logger, mux: http.NewServeMux()}
+	s := &server{rail: cfg.Rail, sendTimeout: cfg.SendTimeout, wait: cfg.Wait, log: cfg.Logger, mux: http.NewServeMux()}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -144,7 +146,7 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 	// cut short, it would leave the key claimed without an answer.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.sendTimeout)
 	defer cancel()
-	_, err = idemhttp.Submit(ctx, w, r, s.ledger.Tenant(tenant), http.StatusCreated, wd, s.rail.Send)
+	_, err = idemhttp.SubmitWaiting(ctx, w, r, s.ledger.Tenant(tenant), http.StatusCreated, wd, s.rail.Send, s.wait)
 	if errors.Is(err, submissions.ErrOutcomeUnknown) || errors.Is(err, submissions.ErrOutcomeNotRecorded) {
 		s.log.Error("money may have moved: look at the rail, then resolve or release the key",
 			slog.String("tenant", tenant), slog.String("key", key),
