@@ -75,6 +75,8 @@ func (g *guard[R]) claimToSend(ctx context.Context, tenant, key string, fp Finge
 	switch {
 	case err != nil:
 		return nil, nil, nil, err
+	case !claimed && rec.Pruned:
+		return nil, nil, nil, errTombstone
 	case !claimed && rec.Done:
 		return &rec.Fingerprint, &rec.Outcome, nil, nil
 	case !claimed:

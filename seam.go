@@ -24,6 +24,7 @@ type backend[R Fingerprinter] interface {
 	// claims the key for fp, whose amount and currency the request spelled
 	// as amount and currency, and returns the sending that ends the claim's
 	// send; the claim is marked as being sent before anything can see it.
+	// If key's record is a tombstone, it returns errTombstone.
 	claimToSend(ctx context.Context, tenant, key string, fp Fingerprint, amount, currency string) (held *Fingerprint, outcome *R, s sending[R], err error)
 
 	// releaseIdle is Release of key's claim, whatever its token, unless the
@@ -58,3 +59,6 @@ var errSending = errors.New("send running")
 
 // errNotLister is listInFlight's error on a Store that is not a Lister.
 var errNotLister = errors.New("the store is not a Lister")
+
+// errTombstone is claimToSend's refusal of a key whose record was pruned.
+var errTombstone = errors.New("request key pruned")
