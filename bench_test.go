@@ -136,10 +136,10 @@ type floor struct {
 }
 
 type floorRecord struct {
-	fp        submissions.Fingerprint
-	out       withdrawal
-	at        int64 // when claimed, then when done
-	done      bool
+	fp   submissions.Fingerprint
+	out  withdrawal
+	at   int64 // when claimed, then when done
+	done bool
 }
 
 var errTaken = errors.New("taken")
