@@ -242,12 +242,14 @@ RETURNING ` + fpCols,
 		// withdrawal and the token stay, the rest is emptied (an empty
 		// outcome, never NULL, so that a tombstone is never in flight). Rows
 		// another Prune has locked are skipped, not waited for.
-		prune: `UPDATE ` + table + ` AS t SET amount = '', currency = '', destination = '', outcome = ''::bytea, pruned_at = now()
-FROM (SELECT tenant, request_key FROM ` + table + `
+		// The rows are found by their ctid, which stays while this
+		// statement holds their locks: a plan that reads those rows only,
+		// whatever the planner guesses of $2.
+		prune: `UPDATE ` + table + ` SET amount = '', currency = '', destination = '', outcome = ''::bytea, pruned_at = now()
+WHERE ctid = ANY(ARRAY(SELECT ctid FROM ` + table + `
 	WHERE outcome IS NOT NULL AND pruned_at IS NULL AND settled_at < $1
-	ORDER BY settled_at LIMIT $2 FOR UPDATE SKIP LOCKED) AS p
-WHERE t.tenant = p.tenant AND t.request_key = p.request_key AND t.pruned_at IS NULL
-RETURNING t.tenant, t.request_key, t.withdrawal_id`,
+	ORDER BY settled_at LIMIT $2 FOR UPDATE SKIP LOCKED)) AND pruned_at IS NULL
+RETURNING tenant, request_key, withdrawal_id`,
 		// The lock is named after the table where CREATE TABLE puts it: an
 		// unqualified name is in current_schema(), so that "submissions" and
 		// "public.submissions" take the same lock.
