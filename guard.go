@@ -164,6 +164,9 @@ func (s *guardSending[R]) settle(ctx context.Context, outcome R) (*R, bool, erro
 	}
 	defer s.abandon() // also when the store panics
 	rec, settled, err := s.g.Store.Settle(ctx, s.ref.tenant, s.ref.key, s.ref.token, outcome)
+	if err == nil && rec.Pruned && rec.Token == s.ref.token {
+		return nil, false, errTombstone
+	}
 	if err != nil || settled || !rec.Done || rec.Token != s.ref.token {
 		return nil, settled, err
 	}

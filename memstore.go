@@ -58,6 +58,7 @@ type entry[R Fingerprinter] struct {
 	done     bool
 	sending  bool // a ledger is running the claim's send
 	released bool // released: no longer in the store
+	pruned   bool // pruned: a tombstone holds its key
 }
 
 // NewMemoryStore returns an empty Store that keeps its state in memory, the
@@ -216,6 +217,8 @@ func (e *entry[R]) settle(_ context.Context, outcome R) (*R, bool, error) {
 	switch {
 	case e.released:
 		return nil, false, nil
+	case e.pruned:
+		return nil, false, errTombstone
 	case !e.settleOnce(outcome): // resolved meanwhile: never changes again
 		return &e.outcome, false, nil
 	}
@@ -417,6 +420,7 @@ func (m *memStore[R]) Prune(_ context.Context, before time.Time, limit int) ([]P
 		}
 		delete(sp.keys, e.key)
 		sp.pruned[e.key] = tombstone{withdrawalID: e.fp.WithdrawalID, token: e.token}
+		e.pruned = true
 		pruned[i] = PrunedRecord{Tenant: sp.tenant, Key: e.key, WithdrawalID: e.fp.WithdrawalID}
 		m.settled[i] = nil
 	}

@@ -47,7 +47,8 @@ type backend[R Fingerprinter] interface {
 type sending[R Fingerprinter] interface {
 	// settle records outcome on the claim as Store.Settle does. When it
 	// settles nothing, standing is the outcome the claim has (which never
-	// changes), or nil when the claim is gone.
+	// changes), or nil when the claim is gone. If the claim was resolved
+	// and then pruned meanwhile, it returns errTombstone.
 	settle(ctx context.Context, outcome R) (standing *R, settled bool, err error)
 	// abandon records nothing: the claim stays in flight.
 	abandon()

@@ -271,6 +271,8 @@ func (s *Submissions[R]) sendAndRecord(ctx context.Context, sh *shared[R], sendi
 	ended = true
 	switch {
 	case why != nil:
+	case errors.Is(err, errTombstone):
+		why = errors.New("resolved and pruned while send ran")
 	case err != nil:
 		why = fmt.Errorf("the store failed, and the answer may or may not stand: %w", err)
 	case settled:

@@ -28,6 +28,7 @@ var retentionTests = []test{
 	{"PruneStaysInItsTenant", testPruneTenants},
 	{"AdminPruneInBatches", testAdminPruneBatches},
 	{"PruneWhileSubmitting", testPruneWhileSubmitting},
+	{"ResolvedAndPrunedWhileSending", testResolvedAndPrunedWhileSending},
 	{"PruneNotSupported", testPruneNotSupported},
 }
 
@@ -404,6 +405,35 @@ func testPruneWhileSubmitting(t *testing.T, newStore Factory) {
 		}
 		require.LessOrEqual(t, sends[wi].Load(), int64(1), "withdrawal w-%d sent at most once", wi)
 	}
+}
+
+// testResolvedAndPrunedWhileSending: a key resolved while its send runs, and
+// pruned before the send answers: the answer comes back unrecorded (the
+// outcome it would be compared with is gone), and the key stays pruned.
+func testResolvedAndPrunedWhileSending(t *testing.T, newStore Factory) {
+	f := setUp(t, newStore)
+	pruner(t, f.store)
+	started, finish := make(chan struct{}), make(chan struct{})
+	type result struct {
+		out Withdrawal
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := f.s.Submit(bg, "k-1", f.w, f.rail.blocking(started, finish))
+		done <- result{out, err}
+	}()
+	<-started
+	require.NoError(t, f.s.Resolve(bg, "k-1", f.w.sent("0xtx-w-1")))
+	n, err := f.s.Admin().Prune(bg, far(), 0)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	close(finish)
+	r := <-done
+	require.ErrorIs(t, r.err, submissions.ErrOutcomeNotRecorded)
+	require.Equal(t, f.w.sent("0xtx-w-1"), r.out, "the answer comes back")
+	requirePruned(t, f.s, "k-1", f.w)
+	f.rail.requireSends(t, 1)
 }
 
 // plain is a Store with none of the optional abilities.
