@@ -103,7 +103,11 @@ func setupInFlight(e *env, fs *flag.FlagSet) func(context.Context, []string) err
 			}
 			q.After = &page[len(page)-1]
 		}
-		if *asJSON {
+		switch {
+		case *asJSON:
+			return nil
+		case n == 0: // no table of no rows
+			fmt.Fprintln(e.stdout, "no keys in flight")
 			return nil
 		}
 		if err := tw.Flush(); err != nil {
