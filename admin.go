@@ -139,6 +139,8 @@ func (a *Admin[R]) ResolveClaim(ctx context.Context, c Claim, outcome R) error {
 		return fromStore(key, "lookup", err)
 	case !ok || rec.Token != c.Token:
 		return claimChanged(key)
+	case rec.Pruned:
+		return prunedKey(key)
 	case differing(&fp, &rec.Fingerprint) != 0:
 		return keyTaken(key)
 	case !rec.Done:
@@ -190,6 +192,8 @@ func (a *Admin[R]) ReleaseClaim(ctx context.Context, c Claim) error {
 	case released:
 		a.sh.report(ctx, c.Tenant, EventReleased, key, rec.Fingerprint.WithdrawalID, 0, nil)
 		return nil
+	case rec.Pruned:
+		return prunedKey(key)
 	case rec.Done:
 		return hasOutcome(key, "an outcome")
 	}
@@ -361,4 +365,64 @@ func (a *Admin[R]) act(ctx context.Context, c Claim, f Finding[R], rep *Reconcil
 		err = fmt.Errorf("rail check: %v is not a verdict", f.Verdict)
 	}
 	rep.Failed = append(rep.Failed, ClaimError{c, err})
+}
+
+// DefaultPruneBatch is the batch of Admin.Prune when it is given none.
+const DefaultPruneBatch = 1000
+
+// Prune turns the records settled before before (by the store's clock) into
+// tombstones, oldest first, in batches of at most batch records (0 or less
+// for DefaultPruneBatch), until a batch prunes fewer than batch or ctx ends,
+// and returns how many it pruned. A record in flight is never pruned. A
+// tombstone keeps the request key and its claim of the withdrawal, so that
+// neither is ever sent again; its fingerprint and outcome are dropped: a
+// later call on the key, or on the withdrawal under another key, gets
+// ErrPruned (see the README for the horizon to choose). Each pruned record is
+// reported to the observer as EventPruned.
+//
+// It returns ErrNotSupported when the store is not a Pruner; ctx's error,
+// with the count so far, when ctx ends; ErrStoreFailed, with the count so
+// far, when the store fails. Prunes may run at once, from several
+// goroutines or instances, and with every other call.
+func (a *Admin[R]) Prune(ctx context.Context, before time.Time, batch int) (int, error) {
+	p := a.sh.pruner()
+	if p == nil {
+		return 0, fmt.Errorf("%w: the store cannot prune (it is not a Pruner)", ErrNotSupported)
+	}
+	if batch <= 0 {
+		batch = DefaultPruneBatch
+	}
+	total := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		pruned, err := p.Prune(ctx, before, batch)
+		if err != nil {
+			if cerr := ctx.Err(); cerr != nil {
+				return total, cerr
+			}
+			return total, fmt.Errorf("%w: prune: %w", ErrStoreFailed, err)
+		}
+		total += len(pruned)
+		for _, r := range pruned {
+			a.sh.report(ctx, r.Tenant, EventPruned, r.Key, r.WithdrawalID, 0, nil)
+		}
+		if len(pruned) < batch {
+			return total, nil
+		}
+	}
+}
+
+// pruner returns the ledger's Store as a Pruner, or nil when it is not one.
+func (sh *shared[R]) pruner() Pruner {
+	if sh.mem != nil {
+		return sh.mem
+	}
+	if g, ok := sh.be.(*guard[R]); ok {
+		if p, ok := g.Store.(Pruner); ok {
+			return p
+		}
+	}
+	return nil
 }

@@ -132,13 +132,14 @@ type floor struct {
 	mu      sync.Mutex
 	records map[string]*floorRecord
 	claims  map[string]string
+	settled []*floorRecord // the done records, in order, as retention needs them
 }
 
 type floorRecord struct {
-	fp        submissions.Fingerprint
-	out       withdrawal
-	claimedAt int64
-	done      bool
+	fp   submissions.Fingerprint
+	out  withdrawal
+	at   int64 // when claimed, then when done
+	done bool
 }
 
 var errTaken = errors.New("taken")
@@ -157,7 +158,7 @@ func (f *floor) submit(ctx context.Context, key string, req withdrawal,
 		f.mu.Unlock()
 		return withdrawal{}, errTaken
 	}
-	r := &floorRecord{fp: fp, claimedAt: time.Now().UnixNano()}
+	r := &floorRecord{fp: fp, at: time.Now().UnixNano()}
 	f.records[key] = r
 	f.claims[fp.WithdrawalID] = key
 	f.mu.Unlock()
@@ -166,7 +167,8 @@ func (f *floor) submit(ctx context.Context, key string, req withdrawal,
 		return withdrawal{}, err
 	}
 	f.mu.Lock()
-	r.out, r.done = out, true
+	r.out, r.done, r.at = out, true, time.Now().UnixNano()
+	f.settled = append(f.settled, r)
 	f.mu.Unlock()
 	return out, nil
 }

@@ -19,7 +19,10 @@
 // with ErrSubmissionInFlight until an operator closes it: Resolve records
 // what was found on the rail, Release says that nothing was sent. Admin lists
 // the keys in flight across tenants, closes one listed claim by its token,
-// and reconciles them from the rail's evidence, never on a timer. Every error
+// and reconciles them from the rail's evidence, never on a timer. Admin.Prune
+// drops the outcomes settled before a horizon and keeps a tombstone of each
+// key and its claim, so a pruned withdrawal is never sent again (ErrPruned);
+// choose a horizon longer than any client's retry window. Every error
 // belongs to one of three classes, told apart with errors.Is: refused
 // (nothing sent), failed before sending (ErrStoreFailed), or money may have
 // moved; the README has the table of what to do after each.

@@ -7,8 +7,8 @@ import (
 
 // The errors of a ledger, in three classes by what the caller may do next.
 // Refused, nothing sent: ErrInvalidTenant, ErrInvalidKey, ErrInvalidFingerprint,
-// ErrIdempotencyConflict (and *ConflictError), ErrSubmissionInFlight, for Wait
-// ErrUnknownKey, and for
+// ErrIdempotencyConflict (and *ConflictError), ErrSubmissionInFlight, ErrPruned,
+// for Wait ErrUnknownKey, and for
 // Admin's calls ErrClaimChanged and ErrNotSupported. Failed before sending:
 // ErrStoreFailed. Money may have moved: ErrOutcomeUnknown and
 // ErrOutcomeNotRecorded.
@@ -45,6 +45,16 @@ var (
 	// was released (before or while Wait waited). Nothing was sent by this
 	// call. A Submit under the key claims it afresh.
 	ErrUnknownKey = errors.New("request key is not claimed")
+
+	// ErrPruned: the request key's record, or the record of the key that
+	// claims the withdrawal, was settled and then pruned (Admin.Prune): its
+	// outcome is gone, and the key and the withdrawal stay claimed for ever.
+	// Nothing was sent, and nothing ever will be for them: a Submit of the
+	// key, or of another key for the withdrawal (a *ConflictError with
+	// Pruned set), is refused, as are Resolve and Release of the key, and
+	// Outcome cannot replay it. Look at the rail, or the service's own
+	// records, for what was sent.
+	ErrPruned = errors.New("pruned")
 
 	// ErrStoreFailed: the store failed or could not be reached, and this call
 	// sent nothing. A write it was making may or may not stand: a Submit
@@ -86,21 +96,29 @@ var (
 // request key, and names that key, so that the refused caller can look the
 // withdrawal up (Outcome(ctx, Holder)) instead of guessing.
 //
-// errors.Is(err, ErrIdempotencyConflict) is true for a *ConflictError.
+// errors.Is(err, ErrIdempotencyConflict) is true for a *ConflictError, and
+// errors.Is(err, ErrPruned) too when Pruned is set.
 type ConflictError struct {
 	Tenant       string // the tenant of both keys; "" is the default tenant
 	Holder       string // the request key that holds the claim
 	Key          string // the request key that was refused
 	WithdrawalID string // the withdrawal both keys asked for
+	Pruned       bool   // the holder's record was pruned: its outcome is gone
 }
 
 // Error says which withdrawal is claimed and by which key.
 func (e *ConflictError) Error() string {
+	if e.Pruned {
+		return fmt.Sprintf("%v: withdrawal %s is claimed by request key %s, which was %v", ErrIdempotencyConflict, e.WithdrawalID, e.Holder, ErrPruned)
+	}
 	return fmt.Sprintf("%v: withdrawal %s is claimed by request key %s", ErrIdempotencyConflict, e.WithdrawalID, e.Holder)
 }
 
 // Unwrap returns ErrIdempotencyConflict, so errors.Is reaches it.
 func (e *ConflictError) Unwrap() error { return ErrIdempotencyConflict }
+
+// Is reports whether target is ErrPruned and the holder was pruned.
+func (e *ConflictError) Is(target error) bool { return e.Pruned && target == ErrPruned }
 
 // keyTaken is the error of a request key used for another withdrawal.
 func keyTaken(key string) error {
@@ -110,6 +128,11 @@ func keyTaken(key string) error {
 // hasOutcome is the error of a change to a key that has an outcome.
 func hasOutcome(key, what string) error {
 	return fmt.Errorf("%w: request key %s has %s", ErrIdempotencyConflict, key, what)
+}
+
+// prunedKey is the error of a request key whose record was pruned.
+func prunedKey(key string) error {
+	return fmt.Errorf("%w: request key %s was pruned", ErrPruned, key)
 }
 
 // inFlight is the error of a request key in flight.

@@ -76,6 +76,8 @@ func (g *guard[R]) claimToSend(ctx context.Context, tenant, key string, fp Finge
 	switch {
 	case err != nil:
 		return nil, nil, nil, err
+	case !claimed && rec.Pruned:
+		return nil, nil, nil, errTombstone
 	case !claimed && rec.Done:
 		return &rec.Fingerprint, &rec.Outcome, nil, nil
 	case !claimed:
@@ -149,6 +151,8 @@ func (g *guard[R]) waitKey(ctx context.Context, tenant, key string) (R, error) {
 		return zero, err
 	case !ok:
 		return zero, errNotClaimed
+	case rec.Pruned:
+		return zero, errWaitPruned
 	case rec.Done:
 		return rec.Outcome, nil
 	}
@@ -176,6 +180,8 @@ func (g *guard[R]) waitKey(ctx context.Context, tenant, key string) (R, error) {
 		switch {
 		case !ok || rec.Token != ref.token:
 			return zero, errReleased
+		case rec.Pruned:
+			return zero, errWaitPruned
 		case rec.Done:
 			return rec.Outcome, nil
 		}
@@ -191,6 +197,8 @@ func (g *guard[R]) waitKey(ctx context.Context, tenant, key string) (R, error) {
 		return zero, err
 	case !ok || rec.Token != ref.token:
 		return zero, errReleased
+	case rec.Pruned:
+		return zero, errWaitPruned
 	case !rec.Done: // a Waiter that broke its contract
 		return zero, errNoOutcome
 	}
@@ -258,6 +266,9 @@ func (s *guardSending[R]) settle(ctx context.Context, outcome R) (*R, bool, erro
 	}
 	defer s.abandon() // also when the store panics
 	rec, settled, err := s.g.Store.Settle(ctx, s.ref.tenant, s.ref.key, s.ref.token, outcome)
+	if err == nil && rec.Pruned && rec.Token == s.ref.token {
+		return nil, false, errTombstone
+	}
 	if err != nil || settled || !rec.Done || rec.Token != s.ref.token {
 		return nil, settled, err
 	}

@@ -17,14 +17,29 @@ type memStore[R Fingerprinter] struct {
 	def     space[R]                    // the default tenant's
 	tenants map[string]*space[R]        // every other tenant's, made by its first claim
 	tokens  Token                       // the last token given
+	settled []*entry[R]                 // the done claims not pruned yet, in the order they were done
 	waiting map[*entry[R]]chan struct{} // claims being sent that a wait waits for: each closed when its send ends, or the claim closes
 }
 
 // space is one tenant's keys and claims in the memory store.
 type space[R Fingerprinter] struct {
 	store  *memStore[R]
+	tenant string
 	keys   map[string]*entry[R] // request key -> its claim
-	claims claims               // withdrawal id -> request key
+	claims claims               // withdrawal id -> request key, tombstones' included
+	pruned map[string]tombstone // request key -> its tombstone
+}
+
+// tombstone is what the memory store keeps of a pruned claim, besides its
+// claim of the withdrawal.
+type tombstone struct {
+	withdrawalID string
+	token        Token
+}
+
+// record returns the tombstone as a Record.
+func tombRecord[R Fingerprinter](t tombstone) Record[R] {
+	return Record[R]{Fingerprint: Fingerprint{WithdrawalID: t.withdrawalID}, Done: true, Token: t.token, Pruned: true}
 }
 
 // entry is one claim in the memory store, and its own sending. Its fields
@@ -32,21 +47,24 @@ type space[R Fingerprinter] struct {
 // one.
 type entry[R Fingerprinter] struct {
 	space *space[R]
+	key   string
 	// fp is the claim's fingerprint with its Amount and Currency as the
 	// claiming request spelled them, for replay; record() returns it
 	// canonical. An amount that starts with a point is kept canonical, as its
 	// canonical form is a new string.
-	fp        Fingerprint
-	outcome   R     // never changes once done
-	token     Token // never changes
-	claimedAt int64 // when claimed, in nanoseconds since the Unix epoch; never changes
-	done      bool
-	sending   bool // a ledger is running the claim's send
-	released  bool // released: no longer in the store
+	fp       Fingerprint
+	outcome  R     // never changes once done
+	token    Token // never changes
+	at       int64 // when claimed, and once done when done, in nanoseconds since the Unix epoch
+	done     bool
+	sending  bool // a ledger is running the claim's send
+	released bool // released: no longer in the store
+	pruned   bool // pruned: a tombstone holds its key
 }
 
 // NewMemoryStore returns an empty Store that keeps its state in memory, the
-// one New uses. Its guarantees hold within one process. It is a Lister.
+// one New uses. Its guarantees hold within one process. It is a Lister and a
+// Pruner.
 func NewMemoryStore[R Fingerprinter]() Store[R] {
 	return &memStore[R]{}
 }
@@ -83,12 +101,25 @@ func (m *memStore[R]) find(tenant, key string) (*entry[R], bool) {
 	return e, ok
 }
 
+// tomb returns tenant's tombstone of key, if any. The caller holds m.mu.
+func (m *memStore[R]) tomb(tenant, key string) (tombstone, bool) {
+	sp := m.space(tenant)
+	if sp == nil {
+		return tombstone{}, false
+	}
+	t, ok := sp.pruned[key]
+	return t, ok
+}
+
 // Claim implements Store.
 func (m *memStore[R]) Claim(_ context.Context, tenant, key string, fp Fingerprint, outcome *R) (Record[R], bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if e, ok := m.find(tenant, key); ok {
 		return e.record(), false, nil
+	}
+	if t, ok := m.tomb(tenant, key); ok {
+		return tombRecord[R](t), false, nil
 	}
 	e, err := m.claim(tenant, key, &fp, fp.Amount, fp.Currency, outcome)
 	if err != nil {
@@ -121,6 +152,9 @@ func (m *memStore[R]) claimToSend(_ context.Context, tenant, key string, fp Fing
 		}
 		return &e.fp, nil, nil, nil
 	}
+	if _, ok := m.tomb(tenant, key); ok {
+		return nil, nil, nil, errTombstone
+	}
 	e, err := m.claim(tenant, key, &fp, amount, currency, nil)
 	if err != nil {
 		return nil, nil, nil, err
@@ -139,23 +173,27 @@ func (m *memStore[R]) claim(tenant, key string, fp *Fingerprint, amount, currenc
 		if m.tenants == nil {
 			m.tenants = make(map[string]*space[R])
 		}
-		sp = &space[R]{}
+		sp = &space[R]{tenant: tenant}
 		m.tenants[tenant] = sp
 	}
 	if sp.keys == nil {
 		sp.store, sp.keys, sp.claims = m, make(map[string]*entry[R]), make(claims)
 	}
 	if err := sp.claims.claim(tenant, fp.WithdrawalID, key); err != nil {
+		if ce, ok := err.(*ConflictError); ok {
+			_, ce.Pruned = sp.pruned[ce.Holder]
+		}
 		return nil, err
 	}
 	m.tokens++
-	e := &entry[R]{space: sp, fp: *fp, token: m.tokens, claimedAt: time.Now().UnixNano()}
+	e := &entry[R]{space: sp, key: key, fp: *fp, token: m.tokens, at: time.Now().UnixNano()}
 	if amount[0] != '.' {
 		e.fp.Amount = amount
 	}
 	e.fp.Currency = currency
 	if outcome != nil {
 		e.outcome, e.done = *outcome, true
+		m.settled = append(m.settled, e)
 	}
 	sp.keys[key] = e
 	return e, nil
@@ -167,7 +205,7 @@ func (m *memStore[R]) Settle(_ context.Context, tenant, key string, token Token,
 	defer m.mu.Unlock()
 	e, ok := m.find(tenant, key)
 	if !ok || e.token != token {
-		return Record[R]{}, false, nil
+		return m.tombOf(tenant, key, token), false, nil
 	}
 	settled := e.settleOnce(outcome)
 	return e.record(), settled, nil
@@ -181,6 +219,8 @@ func (e *entry[R]) settle(_ context.Context, outcome R) (*R, bool, error) {
 	switch {
 	case e.released:
 		return nil, false, nil
+	case e.pruned:
+		return nil, false, errTombstone
 	case !e.settleOnce(outcome): // resolved meanwhile: never changes again
 		return &e.outcome, false, nil
 	}
@@ -188,14 +228,25 @@ func (e *entry[R]) settle(_ context.Context, outcome R) (*R, bool, error) {
 }
 
 // settleOnce records outcome on e unless e has one, and reports whether it
-// did. The caller holds the lock.
+// did; e joins the settled claims. The caller holds the lock.
 func (e *entry[R]) settleOnce(outcome R) bool {
 	if e.done {
 		return false
 	}
-	e.outcome, e.done = outcome, true
+	e.outcome, e.done, e.at = outcome, true, time.Now().UnixNano()
+	m := e.space.store
+	m.settled = append(m.settled, e)
 	e.wake()
 	return true
+}
+
+// tombOf returns tenant's tombstone of key as a Record if it is of the
+// claim token, and otherwise the zero Record. The caller holds the lock.
+func (m *memStore[R]) tombOf(tenant, key string, token Token) Record[R] {
+	if t, ok := m.tomb(tenant, key); ok && t.token == token {
+		return tombRecord[R](t)
+	}
+	return Record[R]{}
 }
 
 func (e *entry[R]) abandon() {
@@ -227,8 +278,15 @@ func (m *memStore[R]) waitKey(ctx context.Context, tenant, key string) (R, error
 	e, ok := m.find(tenant, key)
 	switch {
 	case !ok:
+		_, pruned := m.tomb(tenant, key)
 		m.mu.Unlock()
+		if pruned {
+			return zero, errWaitPruned
+		}
 		return zero, errNotClaimed
+	case e.pruned:
+		m.mu.Unlock()
+		return zero, errWaitPruned
 	case e.done:
 		m.mu.Unlock()
 		return e.outcome, nil
@@ -253,6 +311,8 @@ func (m *memStore[R]) waitKey(ctx context.Context, tenant, key string) (R, error
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch {
+	case e.pruned:
+		return zero, errWaitPruned
 	case e.done:
 		return e.outcome, nil
 	case e.released:
@@ -267,7 +327,7 @@ func (m *memStore[R]) Release(_ context.Context, tenant, key string, token Token
 	defer m.mu.Unlock()
 	e, ok := m.find(tenant, key)
 	if !ok || e.token != token {
-		return Record[R]{}, false, nil
+		return m.tombOf(tenant, key, token), false, nil
 	}
 	return e.release(key)
 }
@@ -278,6 +338,9 @@ func (m *memStore[R]) releaseIdle(_ context.Context, tenant, key string) (Record
 	e, ok := m.find(tenant, key)
 	switch {
 	case !ok:
+		if t, ok := m.tomb(tenant, key); ok {
+			return tombRecord[R](t), false, nil
+		}
 		return Record[R]{}, false, nil
 	case e.sending && !e.done:
 		return e.record(), false, errSending
@@ -291,7 +354,7 @@ func (m *memStore[R]) releaseClaim(_ context.Context, tenant, key string, token 
 	e, ok := m.find(tenant, key)
 	switch {
 	case !ok || e.token != token:
-		return Record[R]{}, false, nil
+		return m.tombOf(tenant, key, token), false, nil
 	case e.sending && !e.done:
 		return Record[R]{}, false, errSending
 	}
@@ -317,6 +380,9 @@ func (m *memStore[R]) Lookup(_ context.Context, tenant, key string) (Record[R], 
 	defer m.mu.Unlock()
 	if e, ok := m.find(tenant, key); ok {
 		return e.record(), true, nil
+	}
+	if t, ok := m.tomb(tenant, key); ok {
+		return tombRecord[R](t), true, nil
 	}
 	return Record[R]{}, false, nil
 }
@@ -363,8 +429,8 @@ func (m *memStore[R]) ListInFlight(_ context.Context, q ListQuery) ([]Claim, err
 		for key, e := range sp.keys {
 			switch {
 			case e.done:
-			case before != 0 && e.claimedAt >= before:
-			case q.After != nil && order(e.claimedAt, tenant, key, afterAt, q.After.Tenant, q.After.Key) <= 0:
+			case before != 0 && e.at >= before:
+			case q.After != nil && order(e.at, tenant, key, afterAt, q.After.Tenant, q.After.Key) <= 0:
 			default:
 				all = append(all, found{tenant, key, e})
 			}
@@ -383,17 +449,51 @@ func (m *memStore[R]) ListInFlight(_ context.Context, q ListQuery) ([]Claim, err
 		}
 	}
 	slices.SortFunc(all, func(a, b found) int {
-		return order(a.e.claimedAt, a.tenant, a.key, b.e.claimedAt, b.tenant, b.key)
+		return order(a.e.at, a.tenant, a.key, b.e.at, b.tenant, b.key)
 	})
 	all = all[:min(len(all), max(q.Limit, 0))]
 	claims := make([]Claim, len(all))
 	for i, f := range all {
 		claims[i] = Claim{Tenant: f.tenant, Key: f.key, Fingerprint: f.e.record().Fingerprint,
-			ClaimedAt: time.Unix(0, f.e.claimedAt), Token: f.e.token, Sending: f.e.sending}
+			ClaimedAt: time.Unix(0, f.e.at), Token: f.e.token, Sending: f.e.sending}
 	}
 	return claims, nil
 }
 
 func (m *memStore[R]) listInFlight(ctx context.Context, q ListQuery) ([]Claim, error) {
 	return m.ListInFlight(ctx, q)
+}
+
+// Prune implements Pruner. The done claims are kept in the order they were
+// done, so a Prune looks at the claims it prunes and one more, under the
+// store's lock: its cost is in proportion to limit, whatever the store holds.
+// A claim's time is when it was done by the wall clock; should the clock
+// step back, a claim done after the step waits for the next Prune past it.
+// Each pruned claim's entry goes; its tombstone keeps the key, the
+// withdrawal id and the token.
+func (m *memStore[R]) Prune(_ context.Context, before time.Time, limit int) ([]PrunedRecord, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	at := before.UnixNano()
+	n := 0
+	for n < len(m.settled) && n < limit && m.settled[n].at < at {
+		n++
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	pruned := make([]PrunedRecord, n)
+	for i, e := range m.settled[:n] {
+		sp := e.space
+		if sp.pruned == nil {
+			sp.pruned = make(map[string]tombstone)
+		}
+		delete(sp.keys, e.key)
+		sp.pruned[e.key] = tombstone{withdrawalID: e.fp.WithdrawalID, token: e.token}
+		e.pruned = true
+		pruned[i] = PrunedRecord{Tenant: sp.tenant, Key: e.key, WithdrawalID: e.fp.WithdrawalID}
+		m.settled[i] = nil
+	}
+	m.settled = m.settled[n:]
+	return pruned, nil
 }

@@ -24,6 +24,7 @@ type backend[R Fingerprinter] interface {
 	// claims the key for fp, whose amount and currency the request spelled
 	// as amount and currency, and returns the sending that ends the claim's
 	// send; the claim is marked as being sent before anything can see it.
+	// If key's record is a tombstone, it returns errTombstone.
 	claimToSend(ctx context.Context, tenant, key string, fp Fingerprint, amount, currency string) (held *Fingerprint, outcome *R, s sending[R], err error)
 
 	// releaseIdle is Release of key's claim, whatever its token, unless the
@@ -37,7 +38,8 @@ type backend[R Fingerprinter] interface {
 	// waitKey waits for key's claim to have an outcome, which it returns;
 	// errNoOutcome when the ledger knows that no send of the claim runs, or
 	// its send ended without an outcome; errNotClaimed for a key without a
-	// claim, errReleased for a claim released while it waited; ctx's error
+	// claim, errReleased for a claim released while it waited,
+	// errWaitPruned for a pruned key; ctx's error
 	// when ctx ends first.
 	waitKey(ctx context.Context, tenant, key string) (R, error)
 
@@ -53,7 +55,8 @@ type backend[R Fingerprinter] interface {
 type sending[R Fingerprinter] interface {
 	// settle records outcome on the claim as Store.Settle does. When it
 	// settles nothing, standing is the outcome the claim has (which never
-	// changes), or nil when the claim is gone.
+	// changes), or nil when the claim is gone. If the claim was resolved
+	// and then pruned meanwhile, it returns errTombstone.
 	settle(ctx context.Context, outcome R) (standing *R, settled bool, err error)
 	// abandon records nothing: the claim stays in flight.
 	abandon()
@@ -68,7 +71,11 @@ var (
 	errNoOutcome  = errors.New("no send of the claim is running")
 	errNotClaimed = errors.New("not claimed")
 	errReleased   = errors.New("released while waited for")
+	errWaitPruned = errors.New("pruned")
 )
 
 // errNotLister is listInFlight's error on a Store that is not a Lister.
 var errNotLister = errors.New("the store is not a Lister")
+
+// errTombstone is claimToSend's refusal of a key whose record was pruned.
+var errTombstone = errors.New("request key pruned")

@@ -22,6 +22,11 @@ type Record[R Fingerprinter] struct {
 	Done bool
 	// Token names the claim.
 	Token Token
+	// Pruned reports a tombstone: the record was settled and then pruned
+	// (see Pruner). Only Fingerprint.WithdrawalID and Token are kept; Done
+	// is true and Outcome is the zero R. The key and the withdrawal stay
+	// claimed for ever, so that neither is ever sent again.
+	Pruned bool
 }
 
 // Store holds a ledger's two indexes, request key to Record and withdrawal id
@@ -46,14 +51,17 @@ type Store[R Fingerprinter] interface {
 	// *outcome otherwise. If key has a record, Claim changes nothing and
 	// returns that record, whatever its fingerprint, with claimed false. If
 	// another key claims fp.WithdrawalID, it changes nothing and returns a
-	// *ConflictError with Tenant, Holder, Key and WithdrawalID set.
+	// *ConflictError with Tenant, Holder, Key and WithdrawalID set, and
+	// Pruned when the holder's record is a tombstone. A tombstone is a
+	// record like any other here: Claim of its key returns it.
 	Claim(ctx context.Context, tenant, key string, fp Fingerprint, outcome *R) (rec Record[R], claimed bool, err error)
 
 	// Settle records outcome on key's claim token, if that claim is in
 	// flight, and returns the record with settled true. If the claim is done,
 	// it changes nothing and returns the record with settled false. If key
 	// has no record, or a record of another claim, it changes nothing and
-	// returns the zero Record with settled false.
+	// returns the zero Record with settled false. A tombstone of the claim
+	// is done: it is returned with settled false.
 	Settle(ctx context.Context, tenant, key string, token Token, outcome R) (rec Record[R], settled bool, err error)
 
 	// Release deletes key's claim token, with the claim on its withdrawal,
@@ -61,6 +69,7 @@ type Store[R Fingerprinter] interface {
 	// released true. If the claim is done, it changes nothing and returns the
 	// record with released false. If key has no record, or a record of
 	// another claim, it changes nothing and returns the zero Record with
+	// released false. A tombstone of the claim is done: it is returned with
 	// released false.
 	Release(ctx context.Context, tenant, key string, token Token) (rec Record[R], released bool, err error)
 
@@ -68,7 +77,7 @@ type Store[R Fingerprinter] interface {
 	Lookup(ctx context.Context, tenant, key string) (rec Record[R], ok bool, err error)
 
 	// ClaimedBy returns the key that claims withdrawalID, with ok false when
-	// no key does.
+	// no key does. A tombstone's key claims its withdrawal.
 	ClaimedBy(ctx context.Context, tenant, withdrawalID string) (key string, ok bool, err error)
 }
 
@@ -117,4 +126,26 @@ type ListQuery struct {
 	After *Claim
 	// Limit is the most claims to return, at least 1.
 	Limit int
+}
+
+// A Pruner is a Store that can prune settled records, for Admin.Prune. A
+// Store that is not one works for every other call of a ledger; Admin.Prune
+// returns ErrNotSupported on it.
+type Pruner interface {
+	// Prune turns at most limit done records, settled (or recorded done by
+	// Claim) before before by the store's clock, into tombstones, oldest
+	// first, across tenants, and returns them. A tombstone keeps the key,
+	// its withdrawal id and its claim of the withdrawal, and drops the rest
+	// of the fingerprint and the outcome (see Record.Pruned). A record in
+	// flight is never pruned, nor is a tombstone pruned again or removed.
+	// Several Prunes may run at once, with every other call: each record is
+	// pruned by one of them.
+	Prune(ctx context.Context, before time.Time, limit int) ([]PrunedRecord, error)
+}
+
+// PrunedRecord is a record that a Pruner has turned into a tombstone.
+type PrunedRecord struct {
+	Tenant       string // "" for the default tenant
+	Key          string
+	WithdrawalID string
 }

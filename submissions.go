@@ -118,7 +118,8 @@ func errNilRequest(v any) error {
 // Before the claim it returns, having sent nothing, ErrInvalidKey,
 // ctx.Err(), ErrInvalidFingerprint, ErrIdempotencyConflict (a *ConflictError
 // for a withdrawal claimed by another key), ErrSubmissionInFlight or
-// ErrStoreFailed. After send: ErrOutcomeUnknown with the zero R when send
+// ErrPruned (the key, or the key that claims the withdrawal, was pruned: a
+// *ConflictError with Pruned set for the latter) or ErrStoreFailed. After send: ErrOutcomeUnknown with the zero R when send
 // gave no answer (a panic goes on with its own value), or the answer with
 // ErrOutcomeNotRecorded when it could not be recorded. Either way the key
 // stays claimed, unless it was released or resolved while send ran, until
@@ -173,6 +174,10 @@ func (s *Submissions[R]) SubmitOrReplay(ctx context.Context, key string, req R,
 	}
 	held, outcome, sending, err := sh.be.claimToSend(ctx, s.tenant, key, fp, given.Amount, given.Currency)
 	switch {
+	case errors.Is(err, errTombstone):
+		err = prunedKey(key)
+		s.report(ctx, sh, EventConflict, key, fp.WithdrawalID, 0, err)
+		return zero, false, err
 	case err != nil:
 		err = fromStore(key, "claim", err)
 		if errors.Is(err, ErrIdempotencyConflict) {
@@ -266,6 +271,8 @@ func (s *Submissions[R]) sendAndRecord(ctx context.Context, sh *shared[R], sendi
 	ended = true
 	switch {
 	case why != nil:
+	case errors.Is(err, errTombstone):
+		why = errors.New("resolved and pruned while send ran")
 	case err != nil:
 		why = fmt.Errorf("the store failed, and the answer may or may not stand: %w", err)
 	case settled:
@@ -298,7 +305,8 @@ var errNilAnswer = errors.New("send answered nil")
 // be the key's request's. It returns nil when the outcome is recorded, or was
 // already; ErrIdempotencyConflict when the key has another outcome or
 // withdrawal, or, for an unknown key, when another key claims the withdrawal
-// (a *ConflictError); and otherwise the refusals of Submit before its claim.
+// (a *ConflictError); ErrPruned when the key, or the key that claims the
+// withdrawal, was pruned; and otherwise the refusals of Submit before its claim.
 // An unknown key is recorded with the outcome and claims the withdrawal. A
 // key released while Resolve ran gets ErrSubmissionInFlight, nothing
 // recorded; a Resolve again finds it unknown, or claimed anew.
@@ -332,6 +340,8 @@ func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) err
 	case claimed:
 		s.report(ctx, sh, EventResolved, key, fp.WithdrawalID, 0, nil)
 		return nil
+	case rec.Pruned:
+		return prunedKey(key)
 	case differing(&fp, &rec.Fingerprint) != 0:
 		return keyTaken(key)
 	case !rec.Done:
@@ -361,7 +371,7 @@ func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) err
 // rail, nothing was sent". The withdrawal is free again, for this key or
 // another. It returns nil, also for an unknown key; ErrIdempotencyConflict
 // when the key has an outcome; ErrSubmissionInFlight while this ledger is
-// running the key's send; ctx's error when ctx ends while it waits for this
+// running the key's send; ErrPruned when the key's record was pruned; ctx's error when ctx ends while it waits for this
 // ledger's claim of the key to come back from the store; ErrStoreFailed when
 // the store fails (the release may or may not stand: Release again to know).
 func (s *Submissions[R]) Release(ctx context.Context, key string) error {
@@ -385,6 +395,8 @@ func (s *Submissions[R]) Release(ctx context.Context, key string) error {
 		return fromStore(key, "release", err)
 	case released:
 		s.report(ctx, s.state(), EventReleased, key, rec.Fingerprint.WithdrawalID, 0, nil)
+	case rec.Pruned:
+		return prunedKey(key)
 	case rec.Done:
 		return hasOutcome(key, "an outcome")
 	}
@@ -392,7 +404,8 @@ func (s *Submissions[R]) Release(ctx context.Context, key string) error {
 }
 
 // Outcome returns the outcome recorded for key, with ok false when the key is
-// unknown or its outcome is not known yet.
+// unknown or its outcome is not known yet, and an error wrapping ErrPruned
+// when the key's record was pruned: its outcome is gone.
 func (s *Submissions[R]) Outcome(ctx context.Context, key string) (outcome R, ok bool, err error) {
 	if s.tenantErr != nil {
 		return outcome, false, s.tenantErr
@@ -408,6 +421,8 @@ func (s *Submissions[R]) Outcome(ctx context.Context, key string) (outcome R, ok
 	switch {
 	case err != nil:
 		return outcome, false, fromStore(key, "lookup", err)
+	case found && rec.Pruned:
+		return outcome, false, prunedKey(key)
 	case !found || !rec.Done:
 		return outcome, false, nil
 	}
@@ -415,7 +430,7 @@ func (s *Submissions[R]) Outcome(ctx context.Context, key string) (outcome R, ok
 }
 
 // ClaimedBy returns the request key that holds withdrawalID's claim, with ok
-// false when no key holds it. The id is matched exactly; an id that no valid
+// false when no key holds it. A pruned key holds its withdrawal for ever. The id is matched exactly; an id that no valid
 // fingerprint can carry is held by no key.
 func (s *Submissions[R]) ClaimedBy(ctx context.Context, withdrawalID string) (key string, ok bool, err error) {
 	if s.tenantErr != nil {

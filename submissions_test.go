@@ -33,6 +33,7 @@ type withdrawal = storetest.Withdrawal
 type opaque struct {
 	submissions.Store[withdrawal]
 	submissions.Lister
+	submissions.Pruner
 }
 
 func memory(*testing.T) submissions.Store[withdrawal] {
@@ -46,7 +47,7 @@ func TestMemoryStore(t *testing.T) {
 func TestMemoryStoreBehindTheStoreInterface(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) submissions.Store[withdrawal] {
 		st := memory(t)
-		return opaque{st, st.(submissions.Lister)}
+		return opaque{st, st.(submissions.Lister), st.(submissions.Pruner)}
 	})
 }
 

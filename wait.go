@@ -10,7 +10,8 @@ import (
 // one already. It returns an error wrapping ErrOutcomeUnknown when the key's
 // send ends, or had ended, without an outcome: the key is in flight and no
 // send of it runs that this ledger knows of. It returns ErrUnknownKey for a
-// key without a claim, or one released while Wait waited; ctx's error when
+// key without a claim, or one released while Wait waited; ErrPruned for a
+// key whose record was pruned; ctx's error when
 // ctx ends first; ErrStoreFailed when the store fails; and ErrInvalidTenant
 // or ErrInvalidKey before anything else. Wait sends nothing and changes
 // nothing.
@@ -40,6 +41,8 @@ func (s *Submissions[R]) Wait(ctx context.Context, key string) (R, error) {
 		return zero, fmt.Errorf("%w: request key %s: %w", ErrOutcomeUnknown, key, err)
 	case errors.Is(err, errNotClaimed):
 		return zero, fmt.Errorf("%w: request key %s", ErrUnknownKey, key)
+	case errors.Is(err, errWaitPruned):
+		return zero, prunedKey(key)
 	case errors.Is(err, errReleased):
 		return zero, fmt.Errorf("%w: request key %s was %w", ErrUnknownKey, key, err)
 	case ctx.Err() != nil:

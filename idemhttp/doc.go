@@ -17,6 +17,7 @@
 //	ErrInvalidFingerprint         422     invalid-fingerprint
 //	*ConflictError                409     withdrawal-claimed, with holder
 //	ErrIdempotencyConflict        422     key-reused
+//	ErrPruned                     410     key-pruned
 //	ErrSubmissionInFlight         409     key-in-flight, Retry-After: 1
 //	ErrStoreFailed                503     store-unavailable, Retry-After: 1
 //	context.Canceled, .DeadlineExceeded

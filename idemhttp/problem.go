@@ -18,6 +18,7 @@ const (
 	TypeWithdrawalClaimed  = "urn:submissions:problem:withdrawal-claimed"
 	TypeKeyReused          = "urn:submissions:problem:key-reused"
 	TypeKeyInFlight        = "urn:submissions:problem:key-in-flight"
+	TypeKeyPruned          = "urn:submissions:problem:key-pruned"
 	TypeOutcomeUnknown     = "urn:submissions:problem:outcome-unknown"
 	TypeOutcomeNotRecorded = "urn:submissions:problem:outcome-not-recorded"
 	TypeStoreUnavailable   = "urn:submissions:problem:store-unavailable"
@@ -51,6 +52,8 @@ var (
 		Detail: "The request key belongs to another withdrawal."}
 	problemKeyInFlight = Problem{Type: TypeKeyInFlight, Title: "Request in flight", Status: http.StatusConflict,
 		Detail: "A request under this key is being sent, or ended without an answer. Retry under the same key later; never under a new key."}
+	problemKeyPruned = Problem{Type: TypeKeyPruned, Title: "Request key pruned", Status: http.StatusGone,
+		Detail: "The request under this key was settled long ago and its outcome is no longer kept. Nothing was sent, and nothing will be under this key or for its withdrawal."}
 	problemOutcomeUnknown = Problem{Type: TypeOutcomeUnknown, Title: "Outcome unknown", Status: http.StatusBadGateway,
 		Detail: "The payment rail gave no answer: the money may have moved. The request key stays claimed until an operator looks at the rail, then resolves or releases it. Do not retry under a new key."}
 	problemOutcomeNotRecorded = Problem{Type: TypeOutcomeNotRecorded, Title: "Outcome not recorded", Status: http.StatusBadGateway,
@@ -92,6 +95,8 @@ func ProblemFor(err error) Problem {
 			return p
 		}
 		return problemKeyReused
+	case errors.Is(err, submissions.ErrPruned):
+		return problemKeyPruned
 	case errors.Is(err, submissions.ErrSubmissionInFlight):
 		return problemKeyInFlight
 	case errors.Is(err, submissions.ErrStoreFailed):

@@ -59,6 +59,14 @@ var (
 		_ = submitErr(t, l, t.Context(), "k1", newWithdrawal("wd-1"), failing)
 		return submitErr(t, l, t.Context(), "k1", newWithdrawal("wd-1"), sent)
 	}
+	keyPruned ledgerError = func(t *testing.T) error {
+		l := submissions.New[withdrawal](quiet)
+		_, err := l.Submit(t.Context(), "k1", newWithdrawal("wd-1"), sent)
+		require.NoError(t, err)
+		_, err = l.Admin().Prune(t.Context(), time.Now().Add(time.Hour), 0)
+		require.NoError(t, err)
+		return submitErr(t, l, t.Context(), "k1", newWithdrawal("wd-1"), sent)
+	}
 	outcomeUnknown ledgerError = func(t *testing.T) error {
 		return submitErr(t, submissions.New[withdrawal](quiet), t.Context(), "k1", newWithdrawal("wd-1"), failing)
 	}
@@ -124,6 +132,7 @@ func TestProblemFor(t *testing.T) {
 		{"withdrawal claimed", withdrawalClaimed, submissions.ErrIdempotencyConflict, 409, idemhttp.TypeWithdrawalClaimed, "k1", false},
 		{"key reused", keyReused, submissions.ErrIdempotencyConflict, 422, idemhttp.TypeKeyReused, "", false},
 		{"key in flight", keyInFlight, submissions.ErrSubmissionInFlight, 409, idemhttp.TypeKeyInFlight, "", true},
+		{"key pruned", keyPruned, submissions.ErrPruned, 410, idemhttp.TypeKeyPruned, "", false},
 		{"outcome unknown", outcomeUnknown, submissions.ErrOutcomeUnknown, 502, idemhttp.TypeOutcomeUnknown, "", false},
 		{"outcome unknown with a deadline", outcomeUnknownDeadline, context.DeadlineExceeded, 502, idemhttp.TypeOutcomeUnknown, "", false},
 		{"not recorded: another withdrawal", notRecordedOtherWithdrawal, submissions.ErrOutcomeNotRecorded, 502, idemhttp.TypeOutcomeNotRecorded, "", false},
@@ -192,7 +201,7 @@ func TestProblemFor(t *testing.T) {
 			assert.False(t, titles[title], title)
 			titles[title] = true
 		}
-		assert.Len(t, types, 11)
+		assert.Len(t, types, 12)
 	})
 }
 

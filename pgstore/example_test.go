@@ -28,6 +28,7 @@ func ExampleSchema() {
 	//     claimed_at    timestamptz NOT NULL DEFAULT now(),
 	//     settled_at    timestamptz,
 	//     claim_id      bigint      GENERATED ALWAYS AS IDENTITY,
+	//     pruned_at     timestamptz,
 	//     CONSTRAINT "submissions_key_unique" UNIQUE (tenant, request_key),
 	//     CONSTRAINT "submissions_withdrawal_unique" UNIQUE (tenant, withdrawal_id),
 	//     CONSTRAINT "submissions_settled_check" CHECK ((outcome IS NULL) = (settled_at IS NULL))
@@ -38,5 +39,11 @@ func ExampleSchema() {
 	// -- the keys in flight by tenant that tables made before it have.
 	// CREATE INDEX IF NOT EXISTS "submissions_in_flight_age" ON "payouts"."submissions" (claimed_at, tenant COLLATE "C", request_key COLLATE "C") WHERE outcome IS NULL;
 	// DROP INDEX IF EXISTS "payouts"."submissions_in_flight";
-	// CREATE INDEX IF NOT EXISTS "submissions_settled" ON "payouts"."submissions" (settled_at) WHERE outcome IS NOT NULL;
+	// -- A table made before retention gets pruned_at: set on a tombstone, a row
+	// -- settled and then pruned, which keeps its key and withdrawal claimed.
+	// ALTER TABLE "payouts"."submissions" ADD COLUMN IF NOT EXISTS pruned_at timestamptz;
+	// -- The settled rows not pruned yet, oldest first, for Prune; it replaces the
+	// -- index of every settled row that tables made before it have.
+	// CREATE INDEX IF NOT EXISTS "submissions_prunable" ON "payouts"."submissions" (settled_at) WHERE outcome IS NOT NULL AND pruned_at IS NULL;
+	// DROP INDEX IF EXISTS "payouts"."submissions_settled";
 }

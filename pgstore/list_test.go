@@ -37,7 +37,7 @@ func millionRows(t testing.TB, pool *pgxpool.Pool) *Store[w] {
 	// a bulk load would: several times faster than inserting into them.
 	n := st.names
 	_, err := pool.Exec(ctx, `ALTER TABLE `+n.table+` DROP CONSTRAINT `+n.keyUnique+`, DROP CONSTRAINT `+n.withdrawalUnique+`;
-DROP INDEX `+n.inFlightIndex+`, `+n.settledIndex)
+DROP INDEX `+n.inFlightIndex+`, `+n.prunableIndex)
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `ALTER TABLE `+n.table+` SET UNLOGGED`) // the plans are the same, the load faster
 	require.NoError(t, err)
@@ -273,12 +273,12 @@ func TestMigrateReplacesTheInFlightIndexByTenant(t *testing.T) {
 		old = strings.ReplaceAll(old, "DROP INDEX IF EXISTS "+st.names.oldInFlightIndex+";", "")
 		_, err = pool.Exec(bg, old)
 		require.NoError(t, err)
-		require.Equal(t, []string{table + "_in_flight", table + "_key_unique", table + "_settled", table + "_withdrawal_unique"}, indexes(t, pool, table))
+		require.Equal(t, []string{table + "_in_flight", table + "_key_unique", table + "_prunable", table + "_withdrawal_unique"}, indexes(t, pool, table))
 
 		require.NoError(t, st.Migrate(bg))
-		require.Equal(t, []string{table + "_in_flight_age", table + "_key_unique", table + "_settled", table + "_withdrawal_unique"}, indexes(t, pool, table), name)
+		require.Equal(t, []string{table + "_in_flight_age", table + "_key_unique", table + "_prunable", table + "_withdrawal_unique"}, indexes(t, pool, table), name)
 		var current bool
-		require.NoError(t, pool.QueryRow(bg, st.sql.upToDate, st.names.table, st.names.inFlightName, st.names.settledName, st.names.oldInFlightName).Scan(&current))
+		require.NoError(t, pool.QueryRow(bg, st.sql.upToDate, st.upToDateArgs()...).Scan(&current))
 		assert.True(t, current, "%s: up to date", name)
 		require.NoError(t, st.Migrate(bg), "again")
 	}

@@ -50,7 +50,7 @@ func TestSchemaRunByAMigrationTool(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "0xtx", out.TxHash)
 	var current bool
-	require.NoError(t, pool.QueryRow(bg, st.sql.upToDate, st.names.table, st.names.inFlightName, st.names.settledName, st.names.oldInFlightName).Scan(&current))
+	require.NoError(t, pool.QueryRow(bg, st.sql.upToDate, st.upToDateArgs()...).Scan(&current))
 	assert.True(t, current, "Migrate finds the table up to date")
 }
 
@@ -72,11 +72,11 @@ func TestMigrateLeavesAnUpToDateTableAlone(t *testing.T) {
 	require.NoError(t, st.Migrate(ctx), "Migrate beside a transaction that reads the table")
 	require.NoError(t, reader.Rollback(bg))
 
-	_, err = pool.Exec(bg, "DROP INDEX "+st.names.settledIndex)
+	_, err = pool.Exec(bg, "DROP INDEX "+st.names.prunableIndex)
 	require.NoError(t, err)
 	require.NoError(t, st.Migrate(bg))
 	var present bool
-	require.NoError(t, pool.QueryRow(bg, "SELECT to_regclass($1) IS NOT NULL", st.names.settledIndex).Scan(&present))
+	require.NoError(t, pool.QueryRow(bg, "SELECT to_regclass($1) IS NOT NULL", st.names.prunableIndex).Scan(&present))
 	assert.True(t, present, "Migrate makes the index again")
 }
 

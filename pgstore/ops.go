@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -66,7 +67,7 @@ func (s *Store[R]) Claim(ctx context.Context, tenant, key string, fp submissions
 			}
 			continue // released meanwhile: try again
 		case errors.Is(err, errWithdrawalTaken):
-			rec, found, holder, herr := s.holder(ctx, tenant, key, fp.WithdrawalID)
+			rec, found, holder, pruned, herr := s.holder(ctx, tenant, key, fp.WithdrawalID)
 			switch {
 			case herr != nil:
 				return submissions.Record[R]{}, false, herr
@@ -74,7 +75,7 @@ func (s *Store[R]) Claim(ctx context.Context, tenant, key string, fp submissions
 				s.recent.add(tenant, key)
 				return rec, false, nil
 			case holder != "" && holder != key:
-				return submissions.Record[R]{}, false, &submissions.ConflictError{Tenant: tenant, Holder: holder, Key: key, WithdrawalID: fp.WithdrawalID}
+				return submissions.Record[R]{}, false, &submissions.ConflictError{Tenant: tenant, Holder: holder, Key: key, WithdrawalID: fp.WithdrawalID, Pruned: pruned}
 			}
 			continue // released meanwhile: try again
 		}
@@ -84,25 +85,27 @@ func (s *Store[R]) Claim(ctx context.Context, tenant, key string, fp submissions
 }
 
 // holder reads tenant's record of key, if it has one, and otherwise the key
-// of tenant that holds withdrawalID ("" for none), both at the same moment.
-func (s *Store[R]) holder(ctx context.Context, tenant, key, withdrawalID string) (rec submissions.Record[R], found bool, holder string, err error) {
+// of tenant that holds withdrawalID ("" for none) and whether its record was
+// pruned, both at the same moment.
+func (s *Store[R]) holder(ctx context.Context, tenant, key, withdrawalID string) (rec submissions.Record[R], found bool, holder string, holderPruned bool, err error) {
 	var (
 		token                          *int64
 		id, amount, currency, dest, by *string
 		outcome                        []byte
+		pruned, byPruned               bool
 	)
-	if err := s.pool.QueryRow(ctx, s.sql.holder, tenant, key, withdrawalID).Scan(&token, &id, &amount, &currency, &dest, &outcome, &by); err != nil {
-		return rec, false, "", s.translate(err)
+	if err := s.pool.QueryRow(ctx, s.sql.holder, tenant, key, withdrawalID).Scan(&token, &id, &amount, &currency, &dest, &outcome, &pruned, &by, &byPruned); err != nil {
+		return rec, false, "", false, s.translate(err)
 	}
 	if token != nil {
-		row := storedRow{token: *token, fp: submissions.Fingerprint{WithdrawalID: *id, Amount: *amount, Currency: *currency, Destination: *dest}, outcome: outcome}
+		row := storedRow{token: *token, fp: submissions.Fingerprint{WithdrawalID: *id, Amount: *amount, Currency: *currency, Destination: *dest}, outcome: outcome, pruned: pruned}
 		rec, err = s.record(key, row)
-		return rec, err == nil, "", err
+		return rec, err == nil, "", false, err
 	}
 	if by != nil {
 		holder = *by
 	}
-	return rec, false, holder, nil
+	return rec, false, holder, byPruned, nil
 }
 
 // encode encodes an outcome; an encoding of no bytes would read back as no
@@ -123,9 +126,14 @@ type storedRow struct {
 	token   int64 // claim_id
 	fp      submissions.Fingerprint
 	outcome []byte // nil while in flight
+	pruned  bool   // a tombstone: only the token and withdrawal id are kept
 }
 
 func (s *Store[R]) record(key string, row storedRow) (submissions.Record[R], error) {
+	if row.pruned {
+		return submissions.Record[R]{Fingerprint: submissions.Fingerprint{WithdrawalID: row.fp.WithdrawalID}, Done: true,
+			Token: submissions.Token(row.token), Pruned: true}, nil
+	}
 	rec := submissions.Record[R]{Fingerprint: row.fp, Done: row.outcome != nil, Token: submissions.Token(row.token)}
 	if rec.Done {
 		if err := s.codec.Unmarshal(row.outcome, &rec.Outcome); err != nil {
@@ -244,4 +252,30 @@ func (r *recentKeys) add(tenant, key string) {
 		r.new = make(map[tenantKey]struct{})
 	}
 	r.new[tenantKey{tenant, key}] = struct{}{}
+}
+
+// Prune implements submissions.Pruner: one UPDATE that turns up to limit
+// settled rows, settled before before, into tombstones, oldest first through
+// the prunable index (which holds the settled rows not pruned yet), and
+// returns them. A tombstone stays in the table, so that its unique
+// constraints keep refusing the key and the withdrawal; its amount, currency,
+// destination and outcome are emptied. Rows in flight are never read, and
+// rows another Prune is pruning are skipped.
+func (s *Store[R]) Prune(ctx context.Context, before time.Time, limit int) ([]submissions.PrunedRecord, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	rows, err := s.pool.Query(ctx, s.sql.prune, before, limit)
+	if err != nil {
+		return nil, s.translate(err)
+	}
+	pruned, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (submissions.PrunedRecord, error) {
+		var p submissions.PrunedRecord
+		err := row.Scan(&p.Tenant, &p.Key, &p.WithdrawalID)
+		return p, err
+	})
+	if err != nil {
+		return nil, s.translate(err)
+	}
+	return pruned, nil
 }

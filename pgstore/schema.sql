@@ -11,6 +11,7 @@ CREATE TABLE IF NOT EXISTS {{table}} (
     claimed_at    timestamptz NOT NULL DEFAULT now(),
     settled_at    timestamptz,
     claim_id      bigint      GENERATED ALWAYS AS IDENTITY,
+    pruned_at     timestamptz,
     CONSTRAINT {{key_unique}} UNIQUE (tenant, request_key),
     CONSTRAINT {{withdrawal_unique}} UNIQUE (tenant, withdrawal_id),
     CONSTRAINT {{settled_check}} CHECK ((outcome IS NULL) = (settled_at IS NULL))
@@ -21,4 +22,10 @@ ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS claim_id bigint GENERATED ALWAYS 
 -- the keys in flight by tenant that tables made before it have.
 CREATE INDEX IF NOT EXISTS {{in_flight_index}} ON {{table}} (claimed_at, tenant COLLATE "C", request_key COLLATE "C") WHERE outcome IS NULL;
 DROP INDEX IF EXISTS {{old_in_flight_index}};
-CREATE INDEX IF NOT EXISTS {{settled_index}} ON {{table}} (settled_at) WHERE outcome IS NOT NULL;
+-- A table made before retention gets pruned_at: set on a tombstone, a row
+-- settled and then pruned, which keeps its key and withdrawal claimed.
+ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS pruned_at timestamptz;
+-- The settled rows not pruned yet, oldest first, for Prune; it replaces the
+-- index of every settled row that tables made before it have.
+CREATE INDEX IF NOT EXISTS {{prunable_index}} ON {{table}} (settled_at) WHERE outcome IS NOT NULL AND pruned_at IS NULL;
+DROP INDEX IF EXISTS {{old_settled_index}};

@@ -66,9 +66,9 @@ type Store[R submissions.Fingerprinter] struct {
 
 // statements are the store's SQL, for its table.
 type statements struct {
-	insert, lookup, claimedBy, settle, release, holder string
-	channel                                            string // WaitClaim's
-	lock, upToDate                                     string // Migrate's
+	insert, lookup, claimedBy, settle, release, holder, prune string
+	channel                                                   string // WaitClaim's
+	lock, upToDate                                            string // Migrate's
 }
 
 // A Codec turns outcomes into bytes and back. Two outcomes are the same to
@@ -89,10 +89,10 @@ func (jsonCodec) Unmarshal(data []byte, v any) error { return json.Unmarshal(dat
 type names struct {
 	schema, base string // as given: schema is "" for an unqualified table
 	// quoted for SQL
-	table, keyUnique, withdrawalUnique, settledCheck, inFlightIndex, settledIndex string
-	oldInFlightIndex                                                              string // qualified by the schema when the table is
+	table, keyUnique, withdrawalUnique, settledCheck, inFlightIndex, prunableIndex string
+	oldInFlightIndex, oldSettledIndex                                              string // qualified by the schema when the table is
 	// unquoted, as PostgreSQL reports them in errors and catalogs
-	keyConstraint, withdrawalConstraint, inFlightName, settledName, oldInFlightName string
+	keyConstraint, withdrawalConstraint, inFlightName, prunableName, oldInFlightName, oldSettledName string
 }
 
 // An Option configures a Store made by New.
@@ -150,7 +150,7 @@ func New[R submissions.Fingerprinter](pool *pgxpool.Pool, opts ...Option) (*Stor
 // Schema returns the statements Migrate runs for table, a name as WithTable
 // takes it, for teams that keep their schema with a migration tool: create
 // the table, its constraints and its indexes if they do not exist, and add the
-// claim_id column to a table made before it. It returns an error for a name
+// claim_id and pruned_at columns to a table made before them. It returns an error for a name
 // that WithTable would refuse.
 func Schema(table string) (string, error) {
 	n, err := tableNames(table)
@@ -180,15 +180,18 @@ func tableNames(table string) (names, error) {
 	n.withdrawalConstraint = n.base + "_withdrawal_unique"
 	n.inFlightName = n.base + "_in_flight_age"
 	n.oldInFlightName = n.base + "_in_flight"
-	n.settledName = n.base + "_settled"
+	n.prunableName = n.base + "_prunable"
+	n.oldSettledName = n.base + "_settled"
 	n.keyUnique = pgx.Identifier{n.keyConstraint}.Sanitize()
 	n.withdrawalUnique = pgx.Identifier{n.withdrawalConstraint}.Sanitize()
 	n.settledCheck = pgx.Identifier{n.base + "_settled_check"}.Sanitize()
 	n.inFlightIndex = pgx.Identifier{n.inFlightName}.Sanitize()
-	n.settledIndex = pgx.Identifier{n.settledName}.Sanitize()
+	n.prunableIndex = pgx.Identifier{n.prunableName}.Sanitize()
 	n.oldInFlightIndex = pgx.Identifier{n.oldInFlightName}.Sanitize()
+	n.oldSettledIndex = pgx.Identifier{n.oldSettledName}.Sanitize()
 	if n.schema != "" {
 		n.oldInFlightIndex = pgx.Identifier{n.schema, n.oldInFlightName}.Sanitize()
+		n.oldSettledIndex = pgx.Identifier{n.schema, n.oldSettledName}.Sanitize()
 	}
 	return n, nil
 }
@@ -202,7 +205,8 @@ func (n names) ddl() string {
 		"{{settled_check}}", n.settledCheck,
 		"{{in_flight_index}}", n.inFlightIndex,
 		"{{old_in_flight_index}}", n.oldInFlightIndex,
-		"{{settled_index}}", n.settledIndex,
+		"{{prunable_index}}", n.prunableIndex,
+		"{{old_settled_index}}", n.oldSettledIndex,
 	).Replace(schema)
 }
 
@@ -210,7 +214,7 @@ func (n names) ddl() string {
 // call takes the tenant as its first parameter and reads or writes only that
 // tenant's rows, through the unique constraints that both lead with it.
 func sqlFor(n names) statements {
-	const cols = "claim_id, withdrawal_id, amount, currency, destination, outcome"
+	const cols = "claim_id, withdrawal_id, amount, currency, destination, outcome, pruned_at IS NOT NULL"
 	const fpCols = "withdrawal_id, amount, currency, destination"
 	table := n.table
 	// A table's channel is named after its oid, however its name is spelled;
@@ -228,7 +232,8 @@ RETURNING claim_id`,
 		// After a claim lost on the withdrawal: the key's row and the
 		// withdrawal's holder, read in one snapshot, so that the answer is
 		// true at one moment.
-		holder: `SELECT k.claim_id, k.withdrawal_id, k.amount, k.currency, k.destination, k.outcome, h.request_key
+		holder: `SELECT k.claim_id, k.withdrawal_id, k.amount, k.currency, k.destination, k.outcome, k.pruned_at IS NOT NULL,
+	h.request_key, h.pruned_at IS NOT NULL
 FROM (SELECT 1) AS one
 LEFT JOIN ` + table + ` k ON k.tenant = $1 AND k.request_key = $2
 LEFT JOIN ` + table + ` h ON h.tenant = $1 AND h.withdrawal_id = $3`,
@@ -243,19 +248,32 @@ SELECT ` + fpCols + `, ` + notify + ` FROM settled`,
 RETURNING ` + fpCols + `)
 SELECT ` + fpCols + `, ` + notify + ` FROM released`,
 		channel: `SELECT ` + channel,
+		// Up to $2 settled rows not pruned yet, settled before $1, oldest
+		// first through the prunable index, become tombstones: the key, the
+		// withdrawal and the token stay, the rest is emptied (an empty
+		// outcome, never NULL, so that a tombstone is never in flight). Rows
+		// another Prune has locked are skipped, not waited for.
+		// The rows are found by their ctid, which stays while this
+		// statement holds their locks: a plan that reads those rows only,
+		// whatever the planner guesses of $2.
+		prune: `UPDATE ` + table + ` SET amount = '', currency = '', destination = '', outcome = ''::bytea, pruned_at = now()
+WHERE ctid = ANY(ARRAY(SELECT ctid FROM ` + table + `
+	WHERE outcome IS NOT NULL AND pruned_at IS NULL AND settled_at < $1
+	ORDER BY settled_at LIMIT $2 FOR UPDATE SKIP LOCKED)) AND pruned_at IS NULL
+RETURNING tenant, request_key, withdrawal_id`,
 		// The lock is named after the table where CREATE TABLE puts it: an
 		// unqualified name is in current_schema(), so that "submissions" and
 		// "public.submissions" take the same lock.
 		lock: `SELECT pg_advisory_xact_lock(hashtextextended(
 	'submissions/pgstore migrate ' || coalesce(nullif($1::text, ''), current_schema(), '') || '.' || $2::text, 0))`,
-		// The table has its claim_id column and both indexes, and not the
-		// index they replace: there is nothing to do, and no DDL takes a
-		// lock on the table.
-		upToDate: `SELECT count(*) FILTER (WHERE NOT old) = 3 AND NOT coalesce(bool_or(old), false) FROM (
-	SELECT false AS old FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'claim_id' AND NOT attisdropped
+		// The table has its claim_id and pruned_at columns and both
+		// indexes, and not the indexes they replace: there is nothing to
+		// do, and no DDL takes a lock on the table.
+		upToDate: `SELECT count(*) FILTER (WHERE NOT old) = 4 AND NOT coalesce(bool_or(old), false) FROM (
+	SELECT false AS old FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname IN ('claim_id', 'pruned_at') AND NOT attisdropped
 	UNION ALL
-	SELECT i.relname = $4 FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
-	WHERE x.indrelid = to_regclass($1) AND i.relname IN ($2, $3, $4)
+	SELECT i.relname IN ($4, $5) FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
+	WHERE x.indrelid = to_regclass($1) AND i.relname IN ($2, $3, $4, $5)
 ) AS present`,
 	}
 }
@@ -276,7 +294,7 @@ func (s *Store[R]) Migrate(ctx context.Context) error {
 		return err
 	}
 	var current bool
-	if err := tx.QueryRow(ctx, s.sql.upToDate, s.names.table, s.names.inFlightName, s.names.settledName, s.names.oldInFlightName).Scan(&current); err != nil {
+	if err := tx.QueryRow(ctx, s.sql.upToDate, s.upToDateArgs()...).Scan(&current); err != nil {
 		return fmt.Errorf("pgstore: migrate %s: %w", s.names.table, err)
 	}
 	if !current {
@@ -288,6 +306,12 @@ func (s *Store[R]) Migrate(ctx context.Context) error {
 		return fmt.Errorf("pgstore: migrate: %w", err)
 	}
 	return nil
+}
+
+// upToDateArgs are the arguments of the statement upToDate.
+func (s *Store[R]) upToDateArgs() []any {
+	n := &s.names
+	return []any{n.table, n.inFlightName, n.prunableName, n.oldInFlightName, n.oldSettledName}
 }
 
 // lock takes Migrate's advisory lock for the table in tx.

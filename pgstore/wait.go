@@ -102,7 +102,7 @@ type querier interface {
 func (s *Store[R]) lookupOn(ctx context.Context, q querier, tenant, key string) (submissions.Record[R], bool, error) {
 	var row storedRow
 	err := q.QueryRow(ctx, s.sql.lookup, tenant, key).
-		Scan(&row.token, &row.fp.WithdrawalID, &row.fp.Amount, &row.fp.Currency, &row.fp.Destination, &row.outcome)
+		Scan(&row.token, &row.fp.WithdrawalID, &row.fp.Amount, &row.fp.Currency, &row.fp.Destination, &row.outcome, &row.pruned)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return submissions.Record[R]{}, false, nil

@@ -249,15 +249,15 @@ func testListsByAge(t *testing.T, newStore Factory) {
 	f := setUpAdmin(t, newStore)
 	strand(t, f.s, "old", newWithdrawal("w-old"))
 	old := claimOf(t, f.admin, "", "old")
-	// Wait, on the clock, until the old claim is 400ms old.
-	time.Sleep(400*time.Millisecond - time.Since(old.ClaimedAt))
+	// Wait, on the clock, until the old claim is a second old.
+	time.Sleep(time.Second - time.Since(old.ClaimedAt))
 	strand(t, f.s.Tenant("acme"), "young", newWithdrawal("w-young"))
 	young := claimOf(t, f.admin, "acme", "young")
 	require.True(t, old.ClaimedAt.Before(young.ClaimedAt))
 
 	require.Equal(t, []string{"/old", "acme/young"}, names(inFlight(t, f.admin, submissions.InFlightQuery{})), "every claim")
-	require.Equal(t, []string{"/old"}, names(inFlight(t, f.admin, submissions.InFlightQuery{OlderThan: 200 * time.Millisecond})),
-		"claims at least 200ms old (the young one was made less than 200ms before the listing)")
+	require.Equal(t, []string{"/old"}, names(inFlight(t, f.admin, submissions.InFlightQuery{OlderThan: 500 * time.Millisecond})),
+		"claims at least 500ms old (the young one was made less than 500ms before the listing)")
 	require.Empty(t, inFlight(t, f.admin, submissions.InFlightQuery{OlderThan: time.Hour}), "claims an hour old")
 
 	// The store's bound is exact, and exclusive.

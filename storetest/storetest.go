@@ -38,6 +38,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"reads", readTests},
 		{"tenants", tenantTests},
 		{"admin", adminTests},
+		{"retention", retentionTests},
 		{"wait", waitTests},
 		{"store failures", failureTests},
 		{"concurrency", concurrencyTests},

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"go.uber.org/goleak"
@@ -137,6 +138,8 @@ func single(s *submissions.Submissions[W], op Op) (res Result, err error) {
 		res.Outcome, res.OK, err = s.Outcome(bg, op.Key)
 	case ClaimedBy:
 		res.Holder, res.OK, err = s.ClaimedBy(bg, op.W.ID)
+	case Prune:
+		_, err = s.Admin().Prune(bg, time.Now().Add(time.Hour), 0)
 	default:
 		panic(fmt.Sprintf("single: %v", op.Kind))
 	}
@@ -150,7 +153,7 @@ func single(s *submissions.Submissions[W], op Op) (res Result, err error) {
 var classes = []error{
 	submissions.ErrOutcomeNotRecorded, submissions.ErrOutcomeUnknown, submissions.ErrIdempotencyConflict,
 	submissions.ErrSubmissionInFlight, submissions.ErrStoreFailed, submissions.ErrInvalidKey, submissions.ErrInvalidFingerprint,
-	submissions.ErrInvalidTenant,
+	submissions.ErrInvalidTenant, submissions.ErrPruned,
 }
 
 // classify says what an error means, as Model says it. An error no rule
@@ -166,6 +169,9 @@ func classify(err error) Result {
 			n++
 		}
 	}
+	if ce, ok := errors.AsType[*submissions.ConflictError](err); ok && ce.Pruned {
+		n-- // a conflict with a pruned holder is ErrPruned too
+	}
 	if n != 1 {
 		return Result{Err: Unexpected}
 	}
@@ -176,13 +182,15 @@ func classify(err error) Result {
 	case errors.Is(err, submissions.ErrOutcomeUnknown) && errors.Is(err, errRail):
 		return Result{Err: OutcomeUnknown}
 	case errors.As(err, &conflict):
-		return Result{Err: Conflict, Holder: conflict.Holder, Tenant: conflict.Tenant}
+		return Result{Err: Conflict, Holder: conflict.Holder, Tenant: conflict.Tenant, Pruned: conflict.Pruned}
 	case errors.Is(err, submissions.ErrIdempotencyConflict):
 		return Result{Err: Idempotency}
 	case errors.Is(err, submissions.ErrSubmissionInFlight):
 		return Result{Err: InFlight}
 	case errors.Is(err, submissions.ErrInvalidTenant):
 		return Result{Err: InvalidTenant}
+	case errors.Is(err, submissions.ErrPruned):
+		return Result{Err: Pruned}
 	}
 	return Result{Err: Unexpected}
 }
@@ -348,6 +356,8 @@ func TestClassify(t *testing.T) {
 		{"nil", nil, Result{}},
 		{"a conflict names its holder", &submissions.ConflictError{Holder: "k1", Key: "k2", WithdrawalID: "w1"}, Result{Err: Conflict, Holder: "k1"}},
 		{"and its tenant", &submissions.ConflictError{Tenant: "t1", Holder: "k1", Key: "k2", WithdrawalID: "w1"}, Result{Err: Conflict, Holder: "k1", Tenant: "t1"}},
+		{"and a pruned holder", &submissions.ConflictError{Holder: "k1", Key: "k2", WithdrawalID: "w1", Pruned: true}, Result{Err: Conflict, Holder: "k1", Pruned: true}},
+		{"pruned", wrap(submissions.ErrPruned), Result{Err: Pruned}},
 		{"an invalid tenant", wrap(submissions.ErrInvalidTenant), Result{Err: InvalidTenant}},
 		{"an invalid tenant and key", wrap(submissions.ErrInvalidTenant, submissions.ErrInvalidKey), Result{Err: Unexpected}},
 		{"idempotency", wrap(submissions.ErrIdempotencyConflict), Result{Err: Idempotency}},

@@ -406,7 +406,7 @@ func describeTenant(tenant string) string {
 	return strconv.Quote(tenant)
 }
 
-var kindNames = map[Kind]string{Submit: "Submit", Resolve: "Resolve", Release: "Release", Outcome: "Outcome", ClaimedBy: "ClaimedBy", Claim: "Claim", Settle: "Settle"}
+var kindNames = map[Kind]string{Submit: "Submit", Resolve: "Resolve", Release: "Release", Outcome: "Outcome", ClaimedBy: "ClaimedBy", Claim: "Claim", Settle: "Settle", Prune: "Prune"}
 
 // describeOp says what op did, in short: kind@ledger(arguments) -> result.
 func describeOp(in Op, out Result) string {

@@ -43,6 +43,10 @@ const (
 	// atomic step that records the rail's answer on the Submit's claim, or
 	// records nothing.
 	Settle
+	// Prune is Admin.Prune with a horizon after every record: every done
+	// record of every tenant becomes a tombstone, which keeps its key and
+	// its claim of the withdrawal and drops the rest.
+	Prune
 )
 
 // Send is what the rail does when a Submit calls it.
@@ -94,6 +98,7 @@ const (
 	SendPanicked       // the rail's panic, raised again by Submit
 	NotRecorded        // submissions.ErrOutcomeNotRecorded, with the rail's answer
 	InvalidTenant      // submissions.ErrInvalidTenant
+	Pruned             // submissions.ErrPruned: the key's record was pruned
 	Unexpected         // any other error, ErrStoreFailed included: no rule gives one here
 )
 
@@ -105,6 +110,7 @@ type Result struct {
 	OK      bool   // Outcome, ClaimedBy
 	Outcome W      // Submit, Claim (a replay), Outcome, Settle; with NotRecorded, the rail's answer
 	Claimed bool   // Claim: the key was claimed, and send is called next
+	Pruned  bool   // Conflict: the holder's record was pruned (the error is also ErrPruned)
 }
 
 // Sent is the outcome SendOK returns for w under key.
@@ -152,7 +158,8 @@ type entry struct {
 	fp      W // the request that claimed the key
 	outcome W
 	done    bool
-	claim   int // the Submit's claim that made the record (Op.ClaimID); resolved for a Resolve
+	pruned  bool // a tombstone: done, its fingerprint (but its id) and outcome dropped
+	claim   int  // the Submit's claim that made the record (Op.ClaimID); resolved for a Resolve
 }
 
 // resolved is the claim of a record that a Resolve made: no Submit's.
@@ -165,10 +172,15 @@ func (m *Model) init() {
 }
 
 // Apply applies op and returns its result. A Submit is a Claim and, if it
-// claimed, a Settle, with nothing between. Whatever its kind, an operation in
-// a tenant that is not valid changes nothing and is refused.
+// claimed, a Settle, with nothing between. Whatever its kind but Prune (which
+// works across tenants), an operation in a tenant that is not valid changes
+// nothing and is refused.
 func (m *Model) Apply(op Op) Result {
 	m.init()
+	if op.Kind == Prune { // across tenants: op.Tenant is not looked at
+		m.prune()
+		return Result{}
+	}
 	if !ValidTenant(op.Tenant) {
 		return Result{Err: InvalidTenant}
 	}
@@ -188,6 +200,9 @@ func (m *Model) Apply(op Op) Result {
 		return m.release(op)
 	case Outcome:
 		r, ok := m.records[keyOf(op)]
+		if ok && r.pruned {
+			return Result{Err: Pruned}
+		}
 		if !ok || !r.done {
 			return Result{}
 		}
@@ -238,7 +253,9 @@ func (m *Model) String() string {
 	var lines []string
 	for k, r := range m.records {
 		state := "in flight"
-		if r.done {
+		if r.pruned {
+			state = "pruned"
+		} else if r.done {
 			state = fmt.Sprintf("done %+v", r.outcome)
 		}
 		lines = append(lines, fmt.Sprintf("tenant %q key %s: %+v claim %d %s", k.tenant, k.id, r.fp, r.claim, state))
@@ -259,9 +276,25 @@ func keyOf(op Op) name { return name{op.Tenant, op.Key} }
 // withdrawalOf names op's withdrawal in op's tenant.
 func withdrawalOf(op Op) name { return name{op.Tenant, op.W.ID} }
 
+// prune makes a tombstone of every done record.
+func (m *Model) prune() {
+	for k, r := range m.records {
+		if r.done && !r.pruned {
+			m.records[k] = entry{fp: W{ID: r.fp.ID}, done: true, pruned: true, claim: r.claim}
+		}
+	}
+}
+
+// holderOf is the refusal of op's withdrawal, claimed by another key.
+func (m *Model) holderOf(op Op, holder string) Result {
+	return Result{Err: Conflict, Holder: holder, Tenant: op.Tenant, Pruned: m.records[name{op.Tenant, holder}].pruned}
+}
+
 func (m *Model) claim(op Op) Result {
 	if r, ok := m.records[keyOf(op)]; ok { // rules 5, 6, 7
 		switch {
+		case r.pruned:
+			return Result{Err: Pruned}
 		case !SameWithdrawal(r.fp, op.W):
 			return Result{Err: Idempotency}
 		case !r.done:
@@ -270,7 +303,7 @@ func (m *Model) claim(op Op) Result {
 		return Result{Outcome: r.outcome}
 	}
 	if holder, ok := m.claims[withdrawalOf(op)]; ok { // rule 8
-		return Result{Err: Conflict, Holder: holder, Tenant: op.Tenant}
+		return m.holderOf(op, holder)
 	}
 	// Rule 4: claim, and mark the claim as being sent by this ledger.
 	m.records[keyOf(op)] = entry{fp: op.W, claim: op.ClaimID}
@@ -303,6 +336,8 @@ func (m *Model) settle(op Op) Result {
 	switch {
 	case !ok || r.claim != op.ClaimID: // released meanwhile, perhaps claimed again
 		return Result{Err: NotRecorded, Outcome: answer}
+	case r.pruned: // resolved and pruned meanwhile: nothing to compare with
+		return Result{Err: NotRecorded, Outcome: answer}
 	case !r.done:
 		r.outcome, r.done = answer, true
 		m.records[keyOf(op)] = r
@@ -315,6 +350,8 @@ func (m *Model) settle(op Op) Result {
 func (m *Model) resolve(op Op) Result {
 	if r, ok := m.records[keyOf(op)]; ok { // rule 12
 		switch {
+		case r.pruned:
+			return Result{Err: Pruned}
 		case !SameWithdrawal(r.fp, op.W):
 			return Result{Err: Idempotency}
 		case r.done && r.outcome != op.W:
@@ -325,7 +362,7 @@ func (m *Model) resolve(op Op) Result {
 		return Result{}
 	}
 	if holder, ok := m.claims[withdrawalOf(op)]; ok { // rule 13
-		return Result{Err: Conflict, Holder: holder, Tenant: op.Tenant}
+		return m.holderOf(op, holder)
 	}
 	m.records[keyOf(op)] = entry{fp: op.W, outcome: op.W, done: true, claim: resolved}
 	m.claims[withdrawalOf(op)] = op.Key
@@ -337,6 +374,8 @@ func (m *Model) release(op Op) Result { // rule 14
 	switch {
 	case !ok:
 		return Result{}
+	case r.pruned:
+		return Result{Err: Pruned}
 	case r.done:
 		return Result{Err: Idempotency}
 	case m.marks[mark{op.Ledger, r.claim}]:

@@ -307,3 +307,28 @@ func TestModelTenants(t *testing.T) {
 		assert.NotEqual(t, a.String(), b.String())
 	})
 }
+
+func TestModelPrune(t *testing.T) {
+	var m Model
+	got := applyAll(&m,
+		Op{Kind: Submit, Key: "k1", W: w1},
+		Op{Kind: Submit, Key: "k2", W: w2, Send: SendFail}, // in flight: never pruned
+		Op{Kind: Prune, Tenant: "\x00"},                    // across tenants, whatever op.Tenant says
+		Op{Kind: Submit, Key: "k1", W: w1},
+		Op{Kind: Submit, Key: "k1", W: w2},
+		Op{Kind: Submit, Key: "k3", W: w1},
+		Op{Kind: Resolve, Key: "k1", W: Sent(w1, "k1")},
+		Op{Kind: Resolve, Key: "k3", W: Sent(w1, "k3")},
+		Op{Kind: Release, Key: "k1"},
+		Op{Kind: Outcome, Key: "k1"},
+		Op{Kind: ClaimedBy, W: W{ID: "w1"}},
+		Op{Kind: Submit, Key: "k2", W: w2},
+		Op{Kind: Submit, Key: "k1", W: w1, Tenant: "t1"})
+	assert.Equal(t, []Result{
+		{Outcome: Sent(w1, "k1")}, {Err: OutcomeUnknown}, {},
+		{Err: Pruned}, {Err: Pruned}, {Err: Conflict, Holder: "k1", Pruned: true},
+		{Err: Pruned}, {Err: Conflict, Holder: "k1", Pruned: true},
+		{Err: Pruned}, {Err: Pruned}, {OK: true, Holder: "k1"},
+		{Err: InFlight}, {Outcome: Sent(w1, "k1")},
+	}, got)
+}

@@ -56,15 +56,17 @@ func drawStep(t *rapid.T, lanes int, tenant, key string, depth int) step {
 	if outer || rapid.Bool().Draw(t, "other tenant") {
 		tenant = drawTenant(t)
 	}
-	kinds := []Kind{Submit, Resolve, Release, Outcome, ClaimedBy}
+	kinds := []Kind{Submit, Resolve, Release, Outcome, ClaimedBy, Prune}
 	if depth == 0 { // in a rail: mostly what can change the claim being sent
-		kinds = []Kind{Submit, Submit, Resolve, Release, Release, Release, Outcome}
+		kinds = []Kind{Submit, Submit, Resolve, Release, Release, Release, Outcome, Prune}
 	}
 	st := step{
 		op:   Op{Kind: rapid.SampledFrom(kinds).Draw(t, "kind"), Tenant: tenant, Key: key, W: drawW(t, key)},
 		lane: rapid.IntRange(0, lanes-1).Draw(t, "lane"),
 	}
 	switch st.op.Kind {
+	case Prune: // through the Admin of a ledger on the store itself, which is a Pruner
+		st.lane = 0
 	case Submit:
 		st.op.Send = Send(rapid.IntRange(0, int(SendBoth)).Draw(t, "send"))
 		if depth > 0 && st.op.Send != SendNil {

@@ -75,6 +75,34 @@
 // service would serve them on an address of its own, out of its clients'
 // reach.
 //
+// # Admin endpoints
+//
+// The operator's side, for the keys left in flight (see the README's
+// runbook). They are open to every client here; a real service must serve
+// them only behind real authentication of its operators. Their errors are
+// problems whose detail is the ledger's error.
+//
+// GET /admin/inflight lists the keys in flight, oldest first, in every tenant:
+// 200 and [{"tenant", "key", "withdrawal_id", "amount", "currency",
+// "destination", "claimed_at", "token", "sending"}, ...]. Query parameters:
+// older_than (a duration: the keys claimed at least that long ago), tenant
+// (that tenant's keys only; tenant= is the default tenant) and limit (1 to
+// 1000, default 100: the oldest ones). "sending" is true while this process
+// runs the key's send: leave those alone.
+//
+// POST /admin/claims/{key}/resolve, in the X-Tenant header's tenant, with the
+// withdrawal as the rail shows it sent as the body, records it as the outcome
+// of the key's claim in flight: 200 and {"resolved": claim, "outcome":
+// withdrawal}; every retry of the key replays it. POST
+// /admin/claims/{key}/release drops the claim, the rail having affirmed that
+// nothing was sent: 200 and {"released": claim}; the withdrawal may be sent
+// again. Both act on the claim the listing shows, by its token, and with
+// ?token=N only if the key's claim is still that one: a key released and
+// claimed again meanwhile is a 409 and nothing changes. 404 when the key has
+// no claim in flight in the tenant; 409 when the outcome contradicts the
+// claim (another withdrawal) or the recorded one, or when this process is
+// sending the key (release).
+//
 // # Tenants
 //
 // The X-Tenant header names the request's tenant; without it, the default

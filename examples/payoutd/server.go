@@ -85,6 +85,11 @@ func newServer(ctx context.Context, cfg config) (*server, error) {
 	s.mux.HandleFunc("POST /withdrawals/{id}/submit", s.submit)
 	s.mux.HandleFunc("GET /withdrawals/{id}", s.get)
 	s.mux.HandleFunc("GET /rail/sends", s.sends)
+	// The operator's endpoints: a real service serves them only behind
+	// authentication of its operators, out of its clients' reach.
+	s.mux.HandleFunc("GET /admin/inflight", s.adminInFlight)
+	s.mux.HandleFunc("POST /admin/claims/{key}/resolve", s.adminResolve)
+	s.mux.HandleFunc("POST /admin/claims/{key}/release", s.adminRelease)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelError),
 		Registry: reg, // counts its own errors

@@ -1,0 +1,364 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/idemledger/submissions"
+)
+
+// maxOutcome caps an outcome file.
+const maxOutcome = 1 << 20
+
+// testHookAfterLookup, when set, runs between a key's lookup and the action
+// on its claim: the tests take the claim away there.
+var testHookAfterLookup func()
+
+func setupMigrate(e *env, _ *flag.FlagSet) func(context.Context, []string) error {
+	return func(ctx context.Context, _ []string) error {
+		l, err := e.open(ctx)
+		if err != nil {
+			return err
+		}
+		defer l.pool.Close()
+		if err := l.store.Migrate(ctx); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "table %s is up to date\n", e.g.table.value)
+		return nil
+	}
+}
+
+// claimJSON is a claim in flight as inflight --json writes it, one a line.
+type claimJSON struct {
+	Tenant       string    `json:"tenant"`
+	Key          string    `json:"key"`
+	WithdrawalID string    `json:"withdrawal_id"`
+	Amount       string    `json:"amount"`
+	Currency     string    `json:"currency"`
+	Destination  string    `json:"destination"`
+	ClaimedAt    time.Time `json:"claimed_at"`
+	AgeSeconds   int64     `json:"age_seconds"`
+	Token        uint64    `json:"token"`
+}
+
+func setupInFlight(e *env, fs *flag.FlagSet) func(context.Context, []string) error {
+	olderThan := fs.Duration("older-than", 0, "list the keys claimed at least this `long` ago (10m, 2h); 0 lists all")
+	asJSON := fs.Bool("json", false, "write one JSON object a line instead of a table")
+	limit := fs.Int("limit", 0, "list at most `N` keys; 0 lists all")
+	return func(ctx context.Context, _ []string) error {
+		if *olderThan < 0 || *limit < 0 {
+			return usagef("inflight: --older-than and --limit must not be negative")
+		}
+		l, err := e.open(ctx)
+		if err != nil {
+			return err
+		}
+		defer l.pool.Close()
+		q := submissions.InFlightQuery{OlderThan: *olderThan}
+		if e.g.tenant.set {
+			q.Tenants = []string{e.g.tenant.value}
+		}
+		tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+		if !*asJSON {
+			fmt.Fprintln(tw, "TENANT\tKEY\tWITHDRAWAL\tAMOUNT\tCURRENCY\tDESTINATION\tCLAIMED AT\tAGE\tTOKEN")
+		}
+		enc := json.NewEncoder(e.stdout)
+		n := 0
+		for {
+			q.Limit = submissions.MaxListLimit
+			if *limit > 0 {
+				q.Limit = min(q.Limit, *limit-n)
+			}
+			page, err := l.admin.InFlight(ctx, q)
+			if err != nil {
+				return err
+			}
+			now := time.Now()
+			for _, c := range page {
+				age := max(now.Sub(c.ClaimedAt), 0)
+				fp := c.Fingerprint
+				if *asJSON {
+					if err := enc.Encode(claimJSON{c.Tenant, c.Key, fp.WithdrawalID, fp.Amount, fp.Currency, fp.Destination,
+						c.ClaimedAt, int64(age / time.Second), uint64(c.Token)}); err != nil {
+						return err
+					}
+					continue
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", quote(c.Tenant), quote(c.Key), quote(fp.WithdrawalID),
+					fp.Amount, fp.Currency, quote(fp.Destination), c.ClaimedAt.Format(time.RFC3339), age.Round(time.Second), c.Token)
+			}
+			n += len(page)
+			if len(page) < q.Limit || (*limit > 0 && n >= *limit) {
+				break
+			}
+			q.After = &page[len(page)-1]
+		}
+		switch {
+		case *asJSON:
+			return nil
+		case n == 0: // no table of no rows
+			fmt.Fprintln(e.stdout, "no keys in flight")
+			return nil
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "%d %s in flight\n", n, plural(n, "key", "keys"))
+		return nil
+	}
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// found is a key's record, with its times when the table has them.
+type found struct {
+	tenant, key string
+	rec         submissions.Record[record]
+	claimedAt   time.Time
+	settledAt   *time.Time
+}
+
+// lookup returns the record of tenant's key, or an error when it has none.
+func (l *ledger) lookup(ctx context.Context, tenant, key string) (found, error) {
+	f := found{tenant: tenant, key: strings.TrimSpace(key)}
+	rec, ok, err := l.store.Lookup(ctx, tenant, f.key)
+	switch {
+	case err != nil:
+		return f, err
+	case !ok:
+		return f, fmt.Errorf("request key %s: not found in tenant %q", f.key, tenant)
+	}
+	f.rec = rec
+	// The claim and settlement times are the table's; a read that fails
+	// leaves them out.
+	_ = l.pool.QueryRow(ctx, `SELECT claimed_at, settled_at FROM `+l.table+` WHERE tenant = $1 AND request_key = $2 AND claim_id = $3`,
+		tenant, f.key, int64(rec.Token)).Scan(&f.claimedAt, &f.settledAt)
+	return f, nil
+}
+
+func (f found) state() string {
+	if f.rec.Pruned { // a tombstone: its outcome and most of its request are gone
+		return "pruned"
+	}
+	if f.rec.Done {
+		return "done"
+	}
+	return "in flight"
+}
+
+func (f found) claim() submissions.Claim {
+	return submissions.Claim{Tenant: f.tenant, Key: f.key, Fingerprint: f.rec.Fingerprint, ClaimedAt: f.claimedAt, Token: f.rec.Token}
+}
+
+// print writes the record for a reader, its outcome indented.
+func (f found) print(w io.Writer) {
+	fp := f.rec.Fingerprint
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "tenant:\t%s\n", quote(f.tenant))
+	fmt.Fprintf(tw, "request key:\t%s\n", quote(f.key))
+	fmt.Fprintf(tw, "state:\t%s\n", f.state())
+	fmt.Fprintf(tw, "withdrawal:\t%s\n", quote(fp.WithdrawalID))
+	fmt.Fprintf(tw, "amount:\t%s %s\n", fp.Amount, fp.Currency)
+	fmt.Fprintf(tw, "destination:\t%s\n", quote(fp.Destination))
+	fmt.Fprintf(tw, "token:\t%d\n", f.rec.Token)
+	if !f.claimedAt.IsZero() {
+		fmt.Fprintf(tw, "claimed at:\t%s (%s ago)\n", f.claimedAt.Format(time.RFC3339), max(time.Since(f.claimedAt), 0).Round(time.Second))
+	}
+	if f.settledAt != nil {
+		fmt.Fprintf(tw, "settled at:\t%s\n", f.settledAt.Format(time.RFC3339))
+	}
+	_ = tw.Flush()
+	if !f.rec.Done || f.rec.Pruned {
+		return
+	}
+	var pretty bytes.Buffer
+	if err := json.Indent(&pretty, f.rec.Outcome.raw, "  ", "  "); err != nil {
+		fmt.Fprintf(w, "outcome (not JSON, %d bytes): %q\n", len(f.rec.Outcome.raw), f.rec.Outcome.raw)
+		return
+	}
+	fmt.Fprintf(w, "outcome:\n  %s\n", pretty.Bytes())
+}
+
+// recordJSON is a key's record as show --json writes it.
+type recordJSON struct {
+	Tenant       string          `json:"tenant"`
+	Key          string          `json:"key"`
+	State        string          `json:"state"`
+	WithdrawalID string          `json:"withdrawal_id"`
+	Amount       string          `json:"amount"`
+	Currency     string          `json:"currency"`
+	Destination  string          `json:"destination"`
+	Token        uint64          `json:"token"`
+	ClaimedAt    *time.Time      `json:"claimed_at,omitempty"`
+	SettledAt    *time.Time      `json:"settled_at,omitempty"`
+	Outcome      json.RawMessage `json:"outcome,omitempty"`
+}
+
+func setupShow(e *env, fs *flag.FlagSet) func(context.Context, []string) error {
+	asJSON := fs.Bool("json", false, "write the record as a JSON object")
+	return func(ctx context.Context, args []string) error {
+		l, err := e.open(ctx)
+		if err != nil {
+			return err
+		}
+		defer l.pool.Close()
+		f, err := l.lookup(ctx, e.g.tenant.value, args[0])
+		if err != nil {
+			return err
+		}
+		if !*asJSON {
+			f.print(e.stdout)
+			return nil
+		}
+		fp := f.rec.Fingerprint
+		out := recordJSON{Tenant: f.tenant, Key: f.key, State: f.state(), WithdrawalID: fp.WithdrawalID, Amount: fp.Amount,
+			Currency: fp.Currency, Destination: fp.Destination, Token: uint64(f.rec.Token), SettledAt: f.settledAt}
+		if !f.claimedAt.IsZero() {
+			out.ClaimedAt = &f.claimedAt
+		}
+		if f.rec.Done && !f.rec.Pruned {
+			out.Outcome = f.rec.Outcome.raw
+			if !json.Valid(out.Outcome) {
+				return fmt.Errorf("request key %s: the stored outcome is not JSON", f.key)
+			}
+		}
+		return json.NewEncoder(e.stdout).Encode(out)
+	}
+}
+
+// tokenFlag registers --token on fs.
+func tokenFlag(fs *flag.FlagSet) *uint64 {
+	return fs.Uint64("token", 0, "act only if the key's claim has this `token` (as inflight and show list it); 0: its current claim")
+}
+
+// checkToken refuses f when token names another claim than f's.
+func checkToken(f found, token uint64) error {
+	if token != 0 && uint64(f.rec.Token) != token {
+		return fmt.Errorf("%w: request key %s: its claim is token %d now, not %d: look at the rail for the new claim",
+			submissions.ErrClaimChanged, f.key, f.rec.Token, token)
+	}
+	return nil
+}
+
+func setupResolve(e *env, fs *flag.FlagSet) func(context.Context, []string) error {
+	file := fs.String("outcome-file", "", "the outcome, the service's JSON encoding of what the rail shows, from this `file` (- for stdin)")
+	token := tokenFlag(fs)
+	return func(ctx context.Context, args []string) error {
+		if *file == "" {
+			return usagef("resolve: --outcome-file is required")
+		}
+		raw, err := e.readOutcome(*file)
+		if err != nil {
+			return err
+		}
+		l, err := e.open(ctx)
+		if err != nil {
+			return err
+		}
+		defer l.pool.Close()
+		f, err := l.lookup(ctx, e.g.tenant.value, args[0])
+		if err != nil {
+			return err
+		}
+		if err := checkToken(f, *token); err != nil {
+			return err
+		}
+		f.print(e.stdout)
+		if id := f.rec.Fingerprint.WithdrawalID; !mentions(raw, id) {
+			fmt.Fprintf(e.stderr, "submissionsctl: warning: the outcome does not mention withdrawal %s: is it this withdrawal's?\n", id)
+		}
+		if testHookAfterLookup != nil {
+			testHookAfterLookup()
+		}
+		if err := l.admin.ResolveClaim(ctx, f.claim(), record{fp: f.rec.Fingerprint, raw: raw}); err != nil {
+			return err
+		}
+		if f.rec.Done {
+			fmt.Fprintf(e.stdout, "request key %s already had this outcome: nothing changed\n", f.key)
+			return nil
+		}
+		fmt.Fprintf(e.stdout, "resolved request key %s (token %d): its retries get this outcome\n", f.key, f.rec.Token)
+		return nil
+	}
+}
+
+// readOutcome reads an outcome file: JSON, not null, at most maxOutcome
+// bytes.
+func (e *env) readOutcome(name string) ([]byte, error) {
+	var r io.Reader = e.stdin
+	if name != "-" {
+		file, err := os.Open(name)
+		if err != nil {
+			return nil, fmt.Errorf("outcome file: %w", err)
+		}
+		defer file.Close()
+		r = file
+	}
+	raw, err := io.ReadAll(io.LimitReader(r, maxOutcome+1))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("outcome file: %w", err)
+	case len(raw) > maxOutcome:
+		return nil, fmt.Errorf("outcome file %s: over %d bytes", name, maxOutcome)
+	case !json.Valid(raw):
+		return nil, fmt.Errorf("outcome file %s: not JSON", name)
+	case string(bytes.TrimSpace(raw)) == "null":
+		return nil, fmt.Errorf("outcome file %s: null is no outcome", name)
+	}
+	return raw, nil
+}
+
+func setupRelease(e *env, fs *flag.FlagSet) func(context.Context, []string) error {
+	yes := fs.Bool("yes", false, "release without asking for confirmation")
+	token := tokenFlag(fs)
+	return func(ctx context.Context, args []string) error {
+		l, err := e.open(ctx)
+		if err != nil {
+			return err
+		}
+		defer l.pool.Close()
+		f, err := l.lookup(ctx, e.g.tenant.value, args[0])
+		if err != nil {
+			return err
+		}
+		if err := checkToken(f, *token); err != nil {
+			return err
+		}
+		if !f.rec.Done { // a key with an outcome: the ledger refuses below
+			f.print(e.stdout)
+			if !*yes {
+				fmt.Fprintf(e.stderr, "release request key %s of withdrawal %s in tenant %q? [y/N] ", f.key, f.rec.Fingerprint.WithdrawalID, f.tenant)
+				answer, err := e.stdin.ReadString('\n')
+				if err != nil && !errors.Is(err, io.EOF) {
+					return err
+				}
+				if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+					return errDeclined
+				}
+			}
+		}
+		if testHookAfterLookup != nil {
+			testHookAfterLookup()
+		}
+		if err := l.admin.ReleaseClaim(ctx, f.claim()); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "released request key %s (token %d): withdrawal %s may be sent again\n", f.key, f.rec.Token, f.rec.Fingerprint.WithdrawalID)
+		return nil
+	}
+}

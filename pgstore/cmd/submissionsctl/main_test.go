@@ -1,0 +1,599 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/pgstore"
+)
+
+// urlVar names the connection string the tests read.
+const urlVar = "SUBMISSIONS_TEST_DATABASE_URL"
+
+// testURL returns the test database's URL. Without one it skips the test;
+// with CI=true a missing database fails it instead.
+func testURL(t *testing.T) string {
+	t.Helper()
+	url := os.Getenv(urlVar)
+	if url == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is not set, and CI=true: the PostgreSQL tests must run (scripts/test starts a server)", urlVar)
+		}
+		t.Skipf("%s is not set: skipping an end-to-end test of submissionsctl on PostgreSQL (scripts/test starts a local server when it can)", urlVar)
+	}
+	return url
+}
+
+// payout is a service's withdrawal: the request and the outcome.
+type payout struct {
+	ID          string `json:"id"`
+	Amount      string `json:"amount"`
+	Currency    string `json:"currency"`
+	Destination string `json:"destination"`
+	State       string `json:"state"`
+	Tx          string `json:"tx,omitempty"`
+}
+
+func (p payout) Fingerprint() submissions.Fingerprint {
+	return submissions.Fingerprint{WithdrawalID: p.ID, Amount: p.Amount, Currency: p.Currency, Destination: p.Destination}
+}
+
+func newPayout(id string) payout {
+	return payout{ID: id, Amount: "25.00", Currency: "EUR", Destination: "DE89370400440532013000", State: "approved"}
+}
+
+// fixture is a service's ledger on its own table, and submissionsctl's
+// command line for that table.
+type fixture struct {
+	url, table string
+	ledger     *submissions.Submissions[payout]
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	url := testURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	table := "ctl_" + strings.ToLower(rand.Text()[:12])
+	t.Cleanup(func() {
+		_, _ = pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+table)
+	})
+	store, err := pgstore.New[payout](pool, pgstore.WithTable(table))
+	require.NoError(t, err)
+	f := &fixture{url: url, table: table, ledger: submissions.NewWithStore[payout](store, submissions.WithLogger(slog.New(slog.DiscardHandler)))}
+	code, _, stderr := f.ctl(t, "", "migrate")
+	require.Equal(t, exitOK, code, stderr)
+	return f
+}
+
+// ctl runs submissionsctl in process on f's table and returns its exit code
+// and output.
+func (f *fixture) ctl(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	return f.ctlFrom(t, strings.NewReader(stdin), args...)
+}
+
+func (f *fixture) ctlFrom(t *testing.T, stdin io.Reader, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	args = append([]string{"--database-url", f.url, "--table", f.table}, args...)
+	code := run(context.Background(), args, stdin, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+var errRail = errors.New("rail: no answer")
+
+// leaveInFlight submits p under key in tenant with a send that ends without
+// an answer, and returns the withdrawal.
+func (f *fixture) leaveInFlight(t *testing.T, tenant, key string, p payout) payout {
+	t.Helper()
+	_, err := f.ledger.Tenant(tenant).Submit(context.Background(), key, p, func(context.Context, payout) (payout, error) {
+		return payout{}, errRail
+	})
+	require.ErrorIs(t, err, submissions.ErrOutcomeUnknown)
+	return p
+}
+
+// send submits p under key in tenant and reports whether send was called.
+func (f *fixture) send(t *testing.T, tenant, key string, p payout) (payout, bool, error) {
+	t.Helper()
+	called := false
+	out, err := f.ledger.Tenant(tenant).Submit(context.Background(), key, p, func(_ context.Context, p payout) (payout, error) {
+		called = true
+		p.State, p.Tx = "sent", "tx_"+p.ID
+		return p, nil
+	})
+	return out, called, err
+}
+
+func randomID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return "wd_" + hex.EncodeToString(b)
+}
+
+func (f *fixture) token(t *testing.T, tenant, key string) uint64 {
+	t.Helper()
+	code, stdout, stderr := f.ctl(t, "", "show", key, "--tenant", tenant, "--json")
+	require.Equal(t, exitOK, code, stderr)
+	var rec recordJSON
+	require.NoError(t, json.Unmarshal([]byte(stdout), &rec))
+	return rec.Token
+}
+
+func TestMigrate(t *testing.T) {
+	f := setup(t) // the first migrate
+	for range 2 {
+		code, stdout, stderr := f.ctl(t, "", "migrate")
+		require.Equal(t, exitOK, code, stderr)
+		assert.Equal(t, "table "+f.table+" is up to date\n", stdout)
+		assert.Empty(t, stderr)
+	}
+	_, called, err := f.send(t, "", "k1", newPayout(randomID()))
+	require.NoError(t, err)
+	assert.True(t, called, "the table works")
+}
+
+func TestInFlight(t *testing.T) {
+	f := setup(t)
+	a := f.leaveInFlight(t, "", "key-a", newPayout(randomID()))
+	time.Sleep(10 * time.Millisecond) // the claims in order
+	b := f.leaveInFlight(t, "acme", "key b", newPayout(randomID()))
+	_, _, err := f.send(t, "", "key-done", newPayout(randomID()))
+	require.NoError(t, err)
+
+	t.Run("table", func(t *testing.T) {
+		code, stdout, stderr := f.ctl(t, "", "inflight")
+		require.Equal(t, exitOK, code, stderr)
+		lines := strings.Split(strings.TrimSpace(stdout), "\n")
+		require.Len(t, lines, 4, stdout)
+		assert.Regexp(t, `^TENANT\s+KEY\s+WITHDRAWAL\s+AMOUNT\s+CURRENCY\s+DESTINATION\s+CLAIMED AT\s+AGE\s+TOKEN$`, lines[0])
+		assert.Regexp(t, `^""\s+key-a\s+`+a.ID+`\s+25\s+EUR\s+DE89370400440532013000\s+\d{4}-\d\d-\d\dT\S+\s+\d+s\s+\d+$`, lines[1])
+		assert.Regexp(t, `^acme\s+"key b"\s+`+b.ID+`\s`, lines[2])
+		assert.Equal(t, "2 keys in flight", lines[3])
+		assert.NotContains(t, stdout, "key-done")
+	})
+
+	t.Run("json", func(t *testing.T) {
+		code, stdout, stderr := f.ctl(t, "", "inflight", "--json")
+		require.Equal(t, exitOK, code, stderr)
+		var got []claimJSON
+		dec := json.NewDecoder(strings.NewReader(stdout))
+		for dec.More() {
+			var c claimJSON
+			require.NoError(t, dec.Decode(&c))
+			got = append(got, c)
+		}
+		require.Len(t, got, 2)
+		assert.Equal(t, "", got[0].Tenant)
+		assert.Equal(t, "key-a", got[0].Key)
+		assert.Equal(t, a.ID, got[0].WithdrawalID)
+		assert.Equal(t, "25", got[0].Amount, "canonical")
+		assert.Equal(t, "EUR", got[0].Currency)
+		assert.Equal(t, a.Destination, got[0].Destination)
+		assert.WithinDuration(t, time.Now(), got[0].ClaimedAt, time.Minute)
+		assert.Equal(t, f.token(t, "", "key-a"), got[0].Token)
+		assert.Equal(t, "acme", got[1].Tenant)
+		assert.Equal(t, "key b", got[1].Key)
+	})
+
+	t.Run("tenant", func(t *testing.T) {
+		code, stdout, stderr := f.ctl(t, "", "inflight", "--json", "--tenant", "acme")
+		require.Equal(t, exitOK, code, stderr)
+		assert.Equal(t, 1, strings.Count(stdout, "\n"), stdout)
+		assert.Contains(t, stdout, b.ID)
+
+		code, stdout, stderr = f.ctl(t, "", "--tenant", "", "inflight", "--json")
+		require.Equal(t, exitOK, code, stderr)
+		assert.Equal(t, 1, strings.Count(stdout, "\n"), stdout)
+		assert.Contains(t, stdout, a.ID, "--tenant '' is the default tenant")
+
+		code, stdout, stderr = f.ctl(t, "", "inflight", "--tenant", "nobody")
+		require.Equal(t, exitOK, code, stderr)
+		assert.Equal(t, "no keys in flight\n", stdout)
+	})
+
+	t.Run("older than", func(t *testing.T) {
+		code, stdout, stderr := f.ctl(t, "", "inflight", "--older-than", "1h")
+		require.Equal(t, exitOK, code, stderr)
+		assert.Equal(t, "no keys in flight\n", stdout)
+
+		time.Sleep(50 * time.Millisecond)
+		code, stdout, stderr = f.ctl(t, "", "inflight", "--older-than", "20ms", "--json")
+		require.Equal(t, exitOK, code, stderr)
+		assert.Equal(t, 2, strings.Count(stdout, "\n"), stdout)
+	})
+
+	t.Run("limit", func(t *testing.T) {
+		code, stdout, stderr := f.ctl(t, "", "inflight", "--limit", "1", "--json")
+		require.Equal(t, exitOK, code, stderr)
+		assert.Equal(t, 1, strings.Count(stdout, "\n"), stdout)
+		assert.Contains(t, stdout, a.ID, "the oldest")
+	})
+}
+
+func TestShow(t *testing.T) {
+	f := setup(t)
+	a := f.leaveInFlight(t, "acme", "k1", newPayout(randomID()))
+	b := newPayout(randomID())
+	sent, _, err := f.send(t, "", "k2", b)
+	require.NoError(t, err)
+
+	t.Run("in flight", func(t *testing.T) {
+		code, stdout, stderr := f.ctl(t, "", "show", "k1", "--tenant", "acme")
+		require.Equal(t, exitOK, code, stderr)
+		assert.Regexp(t, `tenant:\s+acme\n`, stdout)
+		assert.Regexp(t, `request key:\s+k1\n`, stdout)
+		assert.Regexp(t, `state:\s+in flight\n`, stdout)
+		assert.Regexp(t, `withdrawal:\s+`+a.ID+`\n`, stdout)
+		assert.Regexp(t, `amount:\s+25 EUR\n`, stdout)
+		assert.Regexp(t, `token:\s+\d+\n`, stdout)
+		assert.Regexp(t, `claimed at:\s+\S+ \(\d+s ago\)\n`, stdout)
+		assert.NotContains(t, stdout, "outcome")
+		assert.NotContains(t, stdout, "settled at")
+	})
+
+	t.Run("done", func(t *testing.T) {
+		code, stdout, stderr := f.ctl(t, "", "show", "  k2 ")
+		require.Equal(t, exitOK, code, stderr)
+		assert.Regexp(t, `state:\s+done\n`, stdout)
+		assert.Regexp(t, `settled at:\s+\S+\n`, stdout)
+		assert.Contains(t, stdout, "outcome:\n  {\n    \"id\": \""+b.ID+"\",\n")
+		assert.Contains(t, stdout, `"tx": "tx_`+b.ID+`"`)
+
+		code, stdout, stderr = f.ctl(t, "", "show", "k2", "--json")
+		require.Equal(t, exitOK, code, stderr)
+		var rec recordJSON
+		require.NoError(t, json.Unmarshal([]byte(stdout), &rec))
+		assert.Equal(t, "done", rec.State)
+		assert.NotNil(t, rec.SettledAt)
+		want, err := json.Marshal(sent)
+		require.NoError(t, err)
+		assert.JSONEq(t, string(want), string(rec.Outcome))
+	})
+
+	t.Run("unknown", func(t *testing.T) {
+		code, stdout, stderr := f.ctl(t, "", "show", "k1") // another tenant's
+		assert.Equal(t, exitFailed, code)
+		assert.Empty(t, stdout)
+		assert.Equal(t, "submissionsctl: request key k1: not found in tenant \"\"\n", stderr)
+	})
+}
+
+// writeOutcome writes v's JSON to a file and returns its name.
+func writeOutcome(t *testing.T, v any) string {
+	t.Helper()
+	raw, err := json.MarshalIndent(v, "", "  ")
+	require.NoError(t, err)
+	name := filepath.Join(t.TempDir(), "outcome.json")
+	require.NoError(t, os.WriteFile(name, raw, 0o600))
+	return name
+}
+
+func TestResolve(t *testing.T) {
+	f := setup(t)
+	p := f.leaveInFlight(t, "acme", "k1", newPayout(randomID()))
+	found := p
+	found.State, found.Tx = "sent", "tx_seen_on_the_rail"
+	file := writeOutcome(t, found)
+
+	code, stdout, stderr := f.ctl(t, "", "resolve", "k1", "--tenant", "acme", "--outcome-file", file)
+	require.Equal(t, exitOK, code, stderr)
+	assert.Empty(t, stderr)
+	assert.Regexp(t, `state:\s+in flight\n`, stdout, "the claim, shown")
+	assert.Regexp(t, `resolved request key k1 \(token \d+\): its retries get this outcome\n$`, stdout)
+
+	out, called, err := f.send(t, "acme", "k1", p)
+	require.NoError(t, err)
+	assert.False(t, called, "a retry replays the outcome")
+	assert.Equal(t, found, out)
+
+	t.Run("again", func(t *testing.T) {
+		code, stdout, stderr := f.ctl(t, "", "--tenant", "acme", "resolve", "k1", "--outcome-file", file)
+		require.Equal(t, exitOK, code, stderr)
+		assert.Contains(t, stdout, "request key k1 already had this outcome: nothing changed\n")
+	})
+
+	t.Run("another outcome", func(t *testing.T) {
+		other := found
+		other.Tx = "tx_other"
+		code, _, stderr := f.ctl(t, "", "--tenant", "acme", "resolve", "k1", "--outcome-file", writeOutcome(t, other))
+		assert.Equal(t, exitFailed, code)
+		assert.Equal(t, "submissionsctl: idempotency conflict: request key k1 has another outcome\n", stderr)
+	})
+
+	t.Run("from stdin, not mentioning the withdrawal", func(t *testing.T) {
+		q := f.leaveInFlight(t, "", "k2", newPayout(randomID()))
+		code, _, stderr := f.ctl(t, `{"state":"sent"}`, "resolve", "k2", "--outcome-file", "-")
+		require.Equal(t, exitOK, code, stderr)
+		assert.Equal(t, "submissionsctl: warning: the outcome does not mention withdrawal "+q.ID+": is it this withdrawal's?\n", stderr)
+		out, called, err := f.send(t, "", "k2", q)
+		require.NoError(t, err)
+		assert.False(t, called)
+		assert.Equal(t, payout{State: "sent"}, out, "exactly what the file held")
+	})
+
+	t.Run("bad files", func(t *testing.T) {
+		f.leaveInFlight(t, "", "k3", newPayout(randomID()))
+		for _, body := range []string{"", "{", "null", "not json"} {
+			code, _, stderr := f.ctl(t, body, "resolve", "k3", "--outcome-file", "-")
+			assert.Equal(t, exitFailed, code, "%q", body)
+			assert.Regexp(t, `^submissionsctl: outcome file -: (not JSON|null is no outcome)\n$`, stderr)
+		}
+		code, _, stderr := f.ctl(t, "", "resolve", "k3", "--outcome-file", filepath.Join(t.TempDir(), "missing.json"))
+		assert.Equal(t, exitFailed, code)
+		assert.Contains(t, stderr, "submissionsctl: outcome file: open ")
+		code, _, stderr = f.ctl(t, "", "resolve", "nokey", "--outcome-file", file)
+		assert.Equal(t, exitFailed, code)
+		assert.Equal(t, "submissionsctl: request key nokey: not found in tenant \"\"\n", stderr)
+	})
+}
+
+// reclaim releases key in tenant and leaves it in flight again, under a new
+// claim of the same withdrawal.
+func (f *fixture) reclaim(t *testing.T, tenant, key string, p payout) {
+	t.Helper()
+	require.NoError(t, f.ledger.Tenant(tenant).Release(context.Background(), key))
+	f.leaveInFlight(t, tenant, key, p)
+}
+
+func TestResolveActsOnTheClaimItShows(t *testing.T) {
+	f := setup(t)
+	p := f.leaveInFlight(t, "", "k1", newPayout(randomID()))
+	old := f.token(t, "", "k1")
+	sent := p
+	sent.State, sent.Tx = "sent", "tx_1"
+	file := writeOutcome(t, sent)
+
+	t.Run("claimed again between the look and the action", func(t *testing.T) {
+		testHookAfterLookup = func() { f.reclaim(t, "", "k1", p) }
+		defer func() { testHookAfterLookup = nil }()
+		code, stdout, stderr := f.ctl(t, "", "resolve", "k1", "--outcome-file", file)
+		assert.Equal(t, exitFailed, code)
+		assert.Contains(t, stdout, "token:")
+		assert.Equal(t, "submissionsctl: claim changed: request key k1: the claim is no longer in the store under its token\n", stderr)
+	})
+	now := f.token(t, "", "k1")
+	require.NotEqual(t, old, now)
+
+	t.Run("an old token", func(t *testing.T) {
+		code, stdout, stderr := f.ctl(t, "", "resolve", "k1", "--outcome-file", file, "--token", jsonNumber(old))
+		assert.Equal(t, exitFailed, code)
+		assert.Empty(t, stdout)
+		assert.Regexp(t, `^submissionsctl: claim changed: request key k1: its claim is token \d+ now, not \d+: look at the rail for the new claim\n$`, stderr)
+	})
+
+	code, stdout, _ := f.ctl(t, "", "show", "k1")
+	require.Equal(t, exitOK, code)
+	assert.Regexp(t, `state:\s+in flight\n`, stdout, "the new claim is left as it is")
+
+	code, _, stderr := f.ctl(t, "", "resolve", "k1", "--outcome-file", file, "--token", jsonNumber(now))
+	require.Equal(t, exitOK, code, stderr)
+}
+
+func jsonNumber(n uint64) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
+
+func TestRelease(t *testing.T) {
+	f := setup(t)
+
+	t.Run("declined", func(t *testing.T) {
+		p := f.leaveInFlight(t, "acme", "k1", newPayout(randomID()))
+		for _, answer := range []string{"n\n", "\n", "", "no\n", "maybe\n"} {
+			code, stdout, stderr := f.ctl(t, answer, "release", "k1", "--tenant", "acme")
+			assert.Equal(t, exitDeclined, code, "%q", answer)
+			assert.Regexp(t, `state:\s+in flight\n`, stdout)
+			assert.Equal(t, `release request key k1 of withdrawal `+p.ID+` in tenant "acme"? [y/N] submissionsctl: declined: nothing changed`+"\n", stderr)
+		}
+		_, _, err := f.send(t, "acme", "k1", p)
+		assert.ErrorIs(t, err, submissions.ErrSubmissionInFlight, "still in flight")
+	})
+
+	t.Run("confirmed", func(t *testing.T) {
+		for i, answer := range []string{"y\n", "YES\n", "y"} {
+			key := fmt.Sprintf("k2-%d", i)
+			p := f.leaveInFlight(t, "acme", key, newPayout(randomID()))
+			code, stdout, stderr := f.ctl(t, answer, "release", key, "--tenant", "acme")
+			require.Equal(t, exitOK, code, stderr)
+			assert.Regexp(t, `released request key `+key+` \(token \d+\): withdrawal `+p.ID+` may be sent again\n$`, stdout)
+			_, called, err := f.send(t, "acme", key+"-new", p)
+			require.NoError(t, err)
+			assert.True(t, called, "a new submit under another key sends the withdrawal")
+		}
+	})
+
+	t.Run("yes", func(t *testing.T) {
+		p := f.leaveInFlight(t, "", "k3", newPayout(randomID()))
+		code, stdout, stderr := f.ctl(t, "", "release", "--yes", "k3")
+		require.Equal(t, exitOK, code, stderr)
+		assert.Empty(t, stderr, "no question")
+		assert.Contains(t, stdout, "released request key k3")
+		_, called, err := f.send(t, "", "k3", p)
+		require.NoError(t, err)
+		assert.True(t, called, "the key is free too")
+	})
+
+	t.Run("done key", func(t *testing.T) {
+		_, _, err := f.send(t, "", "k4", newPayout(randomID()))
+		require.NoError(t, err)
+		code, stdout, stderr := f.ctl(t, "", "release", "k4")
+		assert.Equal(t, exitFailed, code)
+		assert.Empty(t, stdout)
+		assert.Equal(t, "submissionsctl: idempotency conflict: request key k4 has an outcome\n", stderr)
+	})
+
+	t.Run("claimed again while the operator answers", func(t *testing.T) {
+		p := f.leaveInFlight(t, "", "k5", newPayout(randomID()))
+		old := f.token(t, "", "k5")
+		answer := &onRead{do: func() { f.reclaim(t, "", "k5", p) }, r: strings.NewReader("y\n")}
+		code, _, stderr := f.ctlFrom(t, answer, "release", "k5")
+		assert.Equal(t, exitFailed, code)
+		assert.Contains(t, stderr, "submissionsctl: claim changed: request key k5: the claim is no longer in the store under its token\n")
+		now := f.token(t, "", "k5")
+		assert.NotEqual(t, old, now)
+
+		code, _, stderr = f.ctl(t, "", "release", "k5", "--yes", "--token", jsonNumber(old))
+		assert.Equal(t, exitFailed, code)
+		assert.Contains(t, stderr, "claim changed")
+		_, _, err := f.send(t, "", "k5", p)
+		assert.ErrorIs(t, err, submissions.ErrSubmissionInFlight, "the new claim is left as it is")
+	})
+
+	t.Run("unknown key", func(t *testing.T) {
+		code, _, stderr := f.ctl(t, "", "release", "nokey", "--yes")
+		assert.Equal(t, exitFailed, code)
+		assert.Equal(t, "submissionsctl: request key nokey: not found in tenant \"\"\n", stderr)
+	})
+}
+
+// onRead runs do before its first read.
+type onRead struct {
+	do   func()
+	done bool
+	r    io.Reader
+}
+
+func (o *onRead) Read(p []byte) (int, error) {
+	if !o.done {
+		o.done = true
+		o.do()
+	}
+	return o.r.Read(p)
+}
+
+func TestUsage(t *testing.T) {
+	t.Setenv("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none") // never reached
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "no command"},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"--nope", "inflight"}, "flag provided but not defined: -nope"},
+		{[]string{"inflight", "--nope"}, "inflight: flag provided but not defined: -nope"},
+		{[]string{"inflight", "extra"}, `inflight: unexpected argument "extra"`},
+		{[]string{"inflight", "--older-than", "soon"}, `inflight: invalid value "soon" for flag -older-than`},
+		{[]string{"inflight", "--older-than", "-1m"}, "inflight: --older-than and --limit must not be negative"},
+		{[]string{"show"}, "show: expected KEY, got 0 arguments"},
+		{[]string{"show", "a", "b"}, "show: expected KEY, got 2 arguments"},
+		{[]string{"resolve", "k"}, "resolve: --outcome-file is required"},
+		{[]string{"release"}, "release: expected KEY, got 0 arguments"},
+		{[]string{"show", "k", "--table", "No-Such"}, `--table: pgstore: table name "No-Such"`},
+		{[]string{"show", "k", "--tenant", "bad\x00"}, "--tenant: invalid tenant"},
+		{[]string{"show", "k", "--database-url", "::not a url"}, "database URL: "},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), tc.args, strings.NewReader(""), &stdout, &stderr)
+		assert.Equal(t, exitUsage, code, "%q", tc.args)
+		assert.Empty(t, stdout.String(), "%q", tc.args)
+		assert.True(t, strings.HasPrefix(stderr.String(), "submissionsctl: "+tc.want), "%q: %s", tc.args, stderr.String())
+		assert.Equal(t, 1, strings.Count(stderr.String(), "\n"), "one line: %q", stderr.String())
+	}
+
+	t.Run("help", func(t *testing.T) {
+		for _, args := range [][]string{{"-h"}, {"help"}, {"release", "-h"}, {"--help"}} {
+			var stdout, stderr bytes.Buffer
+			code := run(context.Background(), args, strings.NewReader(""), &stdout, &stderr)
+			assert.Equal(t, exitOK, code, "%q", args)
+			assert.Contains(t, stdout.String(), "Exit codes:\n  0  done\n", "%q", args)
+			assert.Empty(t, stderr.String())
+		}
+	})
+
+	t.Run("no database URL", func(t *testing.T) {
+		t.Setenv("DATABASE_URL", "")
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), []string{"inflight"}, strings.NewReader(""), &stdout, &stderr)
+		assert.Equal(t, exitUsage, code)
+		assert.Equal(t, "submissionsctl: no database: give --database-url or set DATABASE_URL (see submissionsctl -h)\n", stderr.String())
+	})
+}
+
+func TestDatabaseUnreachable(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"--database-url", "postgres://nobody@127.0.0.1:1/none?connect_timeout=2", "inflight"},
+		strings.NewReader(""), &stdout, &stderr)
+	assert.Equal(t, exitFailed, code)
+	assert.True(t, strings.HasPrefix(stderr.String(), "submissionsctl: database: "), stderr.String())
+	assert.Equal(t, 1, strings.Count(stderr.String(), "\n"))
+}
+
+func TestMissingTable(t *testing.T) {
+	url := testURL(t)
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"--database-url", url, "--table", "ctl_never_made", "show", "k"},
+		strings.NewReader(""), &stdout, &stderr)
+	assert.Equal(t, exitFailed, code)
+	assert.Contains(t, stderr.String(), "call Migrate")
+}
+
+func TestDatabaseURLFromEnvironment(t *testing.T) {
+	f := setup(t)
+	f.leaveInFlight(t, "", "k1", newPayout(randomID()))
+	t.Setenv("DATABASE_URL", f.url)
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"--table", f.table, "inflight", "--json"}, strings.NewReader(""), &stdout, &stderr)
+	require.Equal(t, exitOK, code, stderr.String())
+	assert.Contains(t, stdout.String(), `"key":"k1"`)
+}
+
+// TestBinary runs the built command: its exit codes are the process's.
+func TestBinary(t *testing.T) {
+	f := setup(t)
+	p := f.leaveInFlight(t, "", "k1", newPayout(randomID()))
+	bin := filepath.Join(t.TempDir(), "submissionsctl")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Env = append(os.Environ(), "GOWORK=off")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+
+	cmd := func(stdin string, args ...string) (int, string, string) {
+		c := exec.Command(bin, args...)
+		c.Env = append(os.Environ(), "DATABASE_URL="+f.url)
+		c.Stdin = strings.NewReader(stdin)
+		var stdout, stderr bytes.Buffer
+		c.Stdout, c.Stderr = &stdout, &stderr
+		err := c.Run()
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return exit.ExitCode(), stdout.String(), stderr.String()
+		}
+		require.NoError(t, err)
+		return 0, stdout.String(), stderr.String()
+	}
+	code, stdout, stderr := cmd("", "--table", f.table, "inflight")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, p.ID)
+	code, _, _ = cmd("n\n", "--table", f.table, "release", "k1")
+	assert.Equal(t, 3, code)
+	code, _, stderr = cmd("", "--table", f.table, "release")
+	assert.Equal(t, 2, code, stderr)
+	code, _, stderr = cmd("", "--table", f.table, "show", "nokey")
+	assert.Equal(t, 1, code, stderr)
+	code, stdout, stderr = cmd("y\n", "--table", f.table, "release", "k1")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "released request key k1")
+}

@@ -1,0 +1,297 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/pgstore"
+)
+
+// The exit codes.
+const (
+	exitOK       = 0
+	exitFailed   = 1
+	exitUsage    = 2
+	exitDeclined = 3
+)
+
+// usageError is an error of the command line: exit code 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// errDeclined is a release the operator did not confirm: exit code 3.
+var errDeclined = errors.New("declined: nothing changed")
+
+// stringFlag is a string flag that knows whether it was set, and never shows
+// its value in the help text (a database URL may hold a password).
+type stringFlag struct {
+	value string
+	set   bool
+}
+
+func (f *stringFlag) String() string     { return "" }
+func (f *stringFlag) Set(s string) error { f.value, f.set = s, true; return nil }
+
+// globals are the flags every command takes, before or after its name.
+type globals struct {
+	url    stringFlag
+	table  stringFlag
+	tenant stringFlag
+}
+
+func (g *globals) register(fs *flag.FlagSet) {
+	fs.Var(&g.url, "database-url", "PostgreSQL connection `URL` (default $DATABASE_URL)")
+	fs.Var(&g.table, "table", "the ledger's table `name` (default \""+pgstore.DefaultTable+"\")")
+	fs.Var(&g.tenant, "tenant", "the `tenant` of the key (default \"\", the default tenant); inflight: list this tenant's keys only")
+}
+
+// env is one run's command line and streams.
+type env struct {
+	g      globals
+	stdin  *bufio.Reader
+	stdout io.Writer
+	stderr io.Writer
+}
+
+// command is one of submissionsctl's commands.
+type command struct {
+	name    string
+	args    []string // the names of its positional arguments
+	usage   string   // its flags, for the usage line
+	summary string
+	// setup registers the command's own flags and returns what runs it.
+	setup func(e *env, fs *flag.FlagSet) func(ctx context.Context, args []string) error
+}
+
+var commands = []command{
+	{name: "migrate", summary: "create or update the ledger's table (idempotent)", setup: setupMigrate},
+	{name: "inflight", usage: "[--older-than D] [--json] [--limit N]",
+		summary: "list the keys in flight, oldest first (every tenant, or --tenant's)", setup: setupInFlight},
+	{name: "show", args: []string{"KEY"}, usage: "[--json]",
+		summary: "show a key's record: state, withdrawal, claim token, times, outcome", setup: setupShow},
+	{name: "resolve", args: []string{"KEY"}, usage: "--outcome-file F [--token N]",
+		summary: "record F's JSON as the outcome of the key's claim: it was sent", setup: setupResolve},
+	{name: "release", args: []string{"KEY"}, usage: "[--yes] [--token N]",
+		summary: "drop the key's claim: nothing was sent (asks unless --yes)", setup: setupRelease},
+}
+
+const exitCodesHelp = `Exit codes:
+  0  done
+  1  failed or refused (database error, key not found, the ledger refused the action)
+  2  usage error (unknown command or flag, missing argument, no database URL)
+  3  declined: release was not confirmed; nothing changed
+`
+
+// run runs the command line args and returns the exit code; errors go to
+// stderr, one line each.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	e := &env{stdin: bufio.NewReader(stdin), stdout: stdout, stderr: stderr}
+	err := e.run(ctx, args)
+	var usage usageError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.As(err, &usage):
+		fmt.Fprintf(stderr, "submissionsctl: %v (see submissionsctl -h)\n", err)
+		return exitUsage
+	case errors.Is(err, errDeclined):
+		fmt.Fprintf(stderr, "submissionsctl: %v\n", err)
+		return exitDeclined
+	}
+	fmt.Fprintf(stderr, "submissionsctl: %s\n", oneLine(err.Error()))
+	return exitFailed
+}
+
+func (e *env) run(ctx context.Context, args []string) error {
+	top := flag.NewFlagSet("submissionsctl", flag.ContinueOnError)
+	top.SetOutput(io.Discard)
+	e.g.register(top)
+	if err := top.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			e.help(top)
+			return err
+		}
+		return usageError{err.Error()}
+	}
+	if top.NArg() == 0 {
+		return usagef("no command")
+	}
+	name, rest := top.Arg(0), top.Args()[1:]
+	if name == "help" {
+		e.help(top)
+		return nil
+	}
+	var cmd *command
+	for i := range commands {
+		if commands[i].name == name {
+			cmd = &commands[i]
+		}
+	}
+	if cmd == nil {
+		return usagef("unknown command %q", name)
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	e.g.register(fs)
+	runCmd := cmd.setup(e, fs)
+	pos, err := parseInterspersed(fs, rest)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			e.commandHelp(cmd, fs)
+			return err
+		}
+		return usagef("%s: %v", name, err)
+	}
+	if len(pos) != len(cmd.args) {
+		if len(cmd.args) == 0 {
+			return usagef("%s: unexpected argument %q", name, pos[0])
+		}
+		return usagef("%s: expected %s, got %d arguments", name, strings.Join(cmd.args, " "), len(pos))
+	}
+	if err := submissions.ValidateTenant(e.g.tenant.value); err != nil {
+		return usagef("--tenant: %v", err)
+	}
+	table := pgstore.DefaultTable
+	if e.g.table.set {
+		table = e.g.table.value
+	}
+	if _, err := pgstore.Schema(table); err != nil {
+		return usagef("--table: %v", err)
+	}
+	e.g.table.value = table
+	return runCmd(ctx, pos)
+}
+
+// parseInterspersed parses fs's flags wherever they are among args and
+// returns the other arguments; after "--" every argument is one of those.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		consumed := len(args) - fs.NArg()
+		if consumed > 0 && args[consumed-1] == "--" {
+			return append(pos, fs.Args()...), nil
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+func (e *env) help(top *flag.FlagSet) {
+	w := e.stdout
+	fmt.Fprint(w, `Usage: submissionsctl [global flags] COMMAND [flags] [KEY]
+
+The operator's tool for a submissions ledger in PostgreSQL (pgstore): find the
+request keys left in flight, look at the rail, then resolve or release them.
+
+Commands:
+`)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, "\nGlobal flags (also accepted after the command):\n")
+	top.SetOutput(w)
+	top.PrintDefaults()
+	top.SetOutput(io.Discard)
+	fmt.Fprint(w, "\n"+exitCodesHelp+"\nRun 'submissionsctl COMMAND -h' for a command's flags.\n")
+}
+
+func (e *env) commandHelp(c *command, fs *flag.FlagSet) {
+	w := e.stdout
+	line := "submissionsctl " + c.name
+	for _, a := range c.args {
+		line += " " + a
+	}
+	if c.usage != "" {
+		line += " " + c.usage
+	}
+	fmt.Fprintf(w, "Usage: %s\n\n%s.\n\nFlags (with the global ones):\n", line, c.summary)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+	fmt.Fprint(w, "\n"+exitCodesHelp)
+}
+
+// ledger is a connection to the ledger's table.
+type ledger struct {
+	pool  *pgxpool.Pool
+	store *pgstore.Store[record]
+	admin *submissions.Admin[record]
+	table string // quoted for SQL
+}
+
+// open connects to the database and returns the ledger on its table.
+func (e *env) open(ctx context.Context) (*ledger, error) {
+	url := e.g.url.value
+	if !e.g.url.set {
+		url = os.Getenv("DATABASE_URL")
+	}
+	if url == "" {
+		return nil, usagef("no database: give --database-url or set DATABASE_URL")
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, usagef("database URL: %v", err)
+	}
+	cfg.MaxConns = 2
+	connect, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(connect, cfg)
+	if err == nil {
+		if err = pool.Ping(connect); err != nil {
+			pool.Close()
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("database: %w", err)
+	}
+	store, err := pgstore.New[record](pool, pgstore.WithTable(e.g.table.value), pgstore.WithCodec(rawCodec{}))
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	l := submissions.NewWithStore[record](store, submissions.WithLogger(slog.New(slog.DiscardHandler)))
+	return &ledger{pool: pool, store: store, admin: l.Admin(), table: pgx.Identifier(strings.Split(e.g.table.value, ".")).Sanitize()}, nil
+}
+
+// oneLine returns s with its line breaks as spaces.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// quote returns s as it is when it prints plainly in a column, and quoted
+// otherwise (empty, spaces, other characters that would not show).
+func quote(s string) string {
+	if s == "" {
+		return `""`
+	}
+	for _, r := range s {
+		if r <= ' ' || r == '"' || !strconv.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}
