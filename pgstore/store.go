@@ -219,8 +219,15 @@ func sqlFor(n names) statements {
 	table := n.table
 	// A table's channel is named after its oid, however its name is spelled;
 	// a notification's payload names the tenant and key, as waitPayload does.
+	// A waiter holds a shared advisory lock named after both while it waits:
+	// a change notifies only when the exclusive lock cannot be had, so that
+	// a change nobody waits for takes no part in the server's serialized
+	// commit of notifications. A waiter's lock waits for a change that holds
+	// the exclusive one until that commits, and then reads it.
 	channel := `'submissions_' || '` + table + `'::regclass::oid::text`
-	notify := `pg_notify(` + channel + `, octet_length($1::text)::text || ':' || $1::text || $2::text)::text`
+	payload := `octet_length($1::text)::text || ':' || $1::text || $2::text`
+	notify := `CASE WHEN pg_try_advisory_xact_lock(hashtextextended('submissions wait ' || ` + channel + ` || ' ' || ` + payload + `, 0))
+	THEN NULL ELSE pg_notify(` + channel + `, ` + payload + `)::text END`
 	return statements{
 		// The claim: the unique constraints decide, and the row's token
 		// comes back.

@@ -23,8 +23,11 @@ const PollEvery = 2 * time.Second
 // for itself while it waits, LISTENs, reads the row (so that a change made
 // before it listened is not missed), then waits for a notification naming
 // the key, reading the row again after each and every PollEvery, until the
-// claim is no longer in flight or ctx ends. It UNLISTENs before it gives the
-// connection back, and closes it instead when it cannot.
+// claim is no longer in flight or ctx ends. While it waits it holds a shared
+// advisory lock named after the table, tenant and key, by which a settle or
+// release knows to notify: a change that nobody waits for sends no
+// notification. It UNLISTENs and unlocks before it gives the connection
+// back, and closes it instead when it cannot.
 func (s *Store[R]) WaitClaim(ctx context.Context, tenant, key string, token submissions.Token) (submissions.Record[R], bool, error) {
 	return s.waitClaim(ctx, tenant, key, token, PollEvery)
 }
@@ -51,6 +54,9 @@ func (s *Store[R]) waitClaim(ctx context.Context, tenant, key string, token subm
 	}
 	listening = true
 	payload := waitPayload(tenant, key)
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock_shared(hashtextextended('submissions wait ' || $1::text || ' ' || $2::text, 0))`, channel, payload); err != nil {
+		return rec, false, s.translate(err)
+	}
 	for {
 		if rec, ok, err = s.lookupOn(ctx, conn.Conn(), tenant, key); err != nil || !ok || rec.Done || rec.Token != token {
 			return rec, ok, err
@@ -89,7 +95,7 @@ func (s *Store[R]) unlisten(conn *pgx.Conn) bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err := conn.Exec(ctx, "UNLISTEN *")
+	_, err := conn.Exec(ctx, "UNLISTEN *; SELECT pg_advisory_unlock_all()")
 	return err == nil
 }
 

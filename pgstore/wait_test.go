@@ -57,6 +57,8 @@ func requireGivenBack(t *testing.T, pool *pgxpool.Pool) {
 		var n int
 		require.NoError(t, c.QueryRow(bg, `SELECT count(*) FROM pg_listening_channels()`).Scan(&n))
 		assert.Zero(t, n, "a connection given back still listens")
+		require.NoError(t, c.QueryRow(bg, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()`).Scan(&n))
+		assert.Zero(t, n, "a connection given back still holds a waiter's lock")
 	}
 }
 
