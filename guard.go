@@ -187,7 +187,7 @@ func (g *guard[R]) waitKey(ctx context.Context, tenant, key string) (R, error) {
 		}
 		return zero, errNoOutcome
 	}
-	if w, ok := g.Store.(Waiter[R]); ok {
+	if w, isWaiter := g.Store.(Waiter[R]); isWaiter {
 		rec, ok, err = w.WaitClaim(ctx, tenant, key, ref.token)
 	} else {
 		rec, ok, err = g.poll(ctx, tenant, key, ref.token)
