@@ -119,8 +119,9 @@ func errNilRequest(v any) error {
 // ctx.Err(), ErrInvalidFingerprint, ErrIdempotencyConflict (a *ConflictError
 // for a withdrawal claimed by another key), ErrSubmissionInFlight or
 // ErrPruned (the key, or the key that claims the withdrawal, was pruned: a
-// *ConflictError with Pruned set for the latter) or ErrStoreFailed. After send: ErrOutcomeUnknown with the zero R when send
-// gave no answer (a panic goes on with its own value), or the answer with
+// *ConflictError with Pruned set for the latter) or ErrStoreFailed. After
+// send: ErrOutcomeUnknown with the zero R when send gave no answer (a panic
+// goes on with its own value), or the answer with
 // ErrOutcomeNotRecorded when it could not be recorded. Either way the key
 // stays claimed, unless it was released or resolved while send ran, until
 // Resolve or Release closes it.
@@ -371,8 +372,9 @@ func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) err
 // rail, nothing was sent". The withdrawal is free again, for this key or
 // another. It returns nil, also for an unknown key; ErrIdempotencyConflict
 // when the key has an outcome; ErrSubmissionInFlight while this ledger is
-// running the key's send; ErrPruned when the key's record was pruned; ctx's error when ctx ends while it waits for this
-// ledger's claim of the key to come back from the store; ErrStoreFailed when
+// running the key's send; ErrPruned when the key's record was pruned; ctx's
+// error when ctx ends while it waits for this ledger's claim of the key to
+// come back from the store; ErrStoreFailed when
 // the store fails (the release may or may not stand: Release again to know).
 func (s *Submissions[R]) Release(ctx context.Context, key string) error {
 	if s.tenantErr != nil {
@@ -430,8 +432,9 @@ func (s *Submissions[R]) Outcome(ctx context.Context, key string) (outcome R, ok
 }
 
 // ClaimedBy returns the request key that holds withdrawalID's claim, with ok
-// false when no key holds it. A pruned key holds its withdrawal for ever. The id is matched exactly; an id that no valid
-// fingerprint can carry is held by no key.
+// false when no key holds it. A pruned key holds its withdrawal for ever.
+// The id is matched exactly; an id that no valid fingerprint can carry is
+// held by no key.
 func (s *Submissions[R]) ClaimedBy(ctx context.Context, withdrawalID string) (key string, ok bool, err error) {
 	if s.tenantErr != nil {
 		return "", false, s.tenantErr

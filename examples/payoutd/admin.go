@@ -116,6 +116,32 @@ func (s *server) adminRelease(w http.ResponseWriter, r *http.Request) {
 	}{viewOf(c)}, false)
 }
 
+// adminPrune handles POST /admin/prune?before=T: the records settled before
+// T (RFC 3339, or a duration ago such as 720h), in every tenant, become
+// tombstones; their keys and withdrawals are refused from then on.
+func (s *server) adminPrune(w http.ResponseWriter, r *http.Request) {
+	v := r.URL.Query().Get("before")
+	before, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		d, derr := time.ParseDuration(v)
+		if derr != nil || d <= 0 {
+			writeProblem(w, http.StatusBadRequest, fmt.Sprintf("before %q is neither an RFC 3339 time nor a positive duration such as 720h.", v))
+			return
+		}
+		before = time.Now().Add(-d)
+	}
+	n, err := s.ledger.Admin().Prune(r.Context(), before, 0)
+	if err != nil {
+		writeAdminError(w, err)
+		return
+	}
+	s.log.Info("operator pruned settled records", "before", before, "pruned", n)
+	idemhttp.WriteJSON(w, http.StatusOK, struct {
+		Pruned int       `json:"pruned"`
+		Before time.Time `json:"before"`
+	}{n, before.UTC()}, false)
+}
+
 // claimOf returns the claim in flight of the path's key in the request's
 // tenant, as the listing has it, and of the token query parameter's claim
 // when it names one; otherwise it writes a problem and returns false.

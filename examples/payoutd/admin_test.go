@@ -151,3 +151,32 @@ func TestAdminEndpoints(t *testing.T) {
 		})
 	})
 }
+
+func TestAdminPrune(t *testing.T) {
+	forEachStore(t, func(t *testing.T, db string) {
+		r := newRail(0, 0, 0)
+		a := serve(t, db, r, 10*time.Second)
+		id := create(t, a, "acme")
+		res := do(t, "POST", a.url+"/withdrawals/"+id+"/submit", "acme", "k1", "")
+		require.Equal(t, http.StatusCreated, res.status, "%s", res.body)
+
+		res = do(t, "POST", a.url+"/admin/prune?before=1h", "-", "-", "")
+		require.Equal(t, http.StatusOK, res.status, "%s", res.body)
+		assert.Contains(t, string(res.body), `"pruned":0`, "nothing settled an hour ago")
+		res = do(t, "POST", a.url+"/admin/prune?before="+time.Now().Add(time.Minute).UTC().Format(time.RFC3339), "-", "-", "")
+		require.Equal(t, http.StatusOK, res.status, "%s", res.body)
+		assert.Contains(t, string(res.body), `"pruned":1`)
+
+		res = do(t, "POST", a.url+"/withdrawals/"+id+"/submit", "acme", "k1", "")
+		assert.Equal(t, http.StatusGone, res.status, "a retry of the pruned key: %s", res.body)
+		res = do(t, "POST", a.url+"/withdrawals/"+id+"/submit", "acme", "k2", "")
+		assert.Equal(t, http.StatusConflict, res.status, "another key for the pruned withdrawal: %s", res.body)
+		assert.Contains(t, string(res.body), `"holder":"k1"`)
+		assert.Equal(t, map[string]int{id: 1}, r.Sends(), "sent once")
+
+		for _, q := range []string{"", "?before=yesterday", "?before=-1h"} {
+			res = do(t, "POST", a.url+"/admin/prune"+q, "-", "-", "")
+			assert.Equal(t, http.StatusBadRequest, res.status, "%q: %s", q, res.body)
+		}
+	})
+}

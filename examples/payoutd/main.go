@@ -103,6 +103,12 @@
 // claim (another withdrawal) or the recorded one, or when this process is
 // sending the key (release).
 //
+// POST /admin/prune?before=T turns the records settled before T (RFC 3339,
+// or a duration ago such as 720h), in every tenant, into tombstones: 200 and
+// {"pruned": n, "before": T}. A pruned key or withdrawal is refused from
+// then on (410 to a submit of the pruned key, 409 with holder to another key
+// for its withdrawal), never sent again.
+//
 // # Tenants
 //
 // The X-Tenant header names the request's tenant; without it, the default

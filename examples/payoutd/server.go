@@ -90,6 +90,7 @@ func newServer(ctx context.Context, cfg config) (*server, error) {
 	s.mux.HandleFunc("GET /admin/inflight", s.adminInFlight)
 	s.mux.HandleFunc("POST /admin/claims/{key}/resolve", s.adminResolve)
 	s.mux.HandleFunc("POST /admin/claims/{key}/release", s.adminRelease)
+	s.mux.HandleFunc("POST /admin/prune", s.adminPrune)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelError),
 		Registry: reg, // counts its own errors

@@ -362,3 +362,41 @@ func setupRelease(e *env, fs *flag.FlagSet) func(context.Context, []string) erro
 		return nil
 	}
 }
+
+func setupPrune(e *env, fs *flag.FlagSet) func(context.Context, []string) error {
+	before := fs.String("before", "", "prune the records settled before this `time`: RFC 3339 (2026-11-01T00:00:00Z), or a duration ago (720h)")
+	batch := fs.Int("batch", submissions.DefaultPruneBatch, "prune at most `N` records a statement")
+	return func(ctx context.Context, _ []string) error {
+		horizon, err := parseBefore(*before, time.Now())
+		if err != nil {
+			return err
+		}
+		if *batch <= 0 {
+			return usagef("prune: --batch must be positive")
+		}
+		l, err := e.open(ctx)
+		if err != nil {
+			return err
+		}
+		defer l.pool.Close()
+		n, err := l.admin.Prune(ctx, horizon, *batch)
+		fmt.Fprintf(e.stdout, "pruned %d records settled before %s\n", n, horizon.UTC().Format(time.RFC3339))
+		return err
+	}
+}
+
+// parseBefore reads prune's --before: a time in RFC 3339, or a duration
+// before now.
+func parseBefore(v string, now time.Time) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, usagef("prune: --before is required")
+	}
+	if t, err := time.Parse(time.RFC3339, v); err == nil {
+		return t, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return time.Time{}, usagef("prune: --before %q is neither an RFC 3339 time nor a positive duration", v)
+	}
+	return now.Add(-d), nil
+}

@@ -18,6 +18,10 @@
 //	                                  record F's JSON as the outcome of the key's claim
 //	release KEY [--yes] [--token N]   drop the key's claim: nothing was sent; asks
 //	                                  for confirmation on stdin unless --yes
+//	prune --before T [--batch N]      turn the records settled before T (RFC 3339,
+//	                                  or a duration ago: 720h) into tombstones, in
+//	                                  every tenant; a pruned key or withdrawal is
+//	                                  refused for good, never sent again
 //
 // Global flags, which may also follow the command:
 //

@@ -597,3 +597,38 @@ func TestBinary(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, stdout, "released request key k1")
 }
+
+func TestPrune(t *testing.T) {
+	f := setup(t)
+	done := newPayout(randomID())
+	_, called, err := f.send(t, "acme", "k1", done)
+	require.NoError(t, err)
+	require.True(t, called)
+	stuck := f.leaveInFlight(t, "acme", "k2", newPayout(randomID()))
+
+	code, stdout, stderr := f.ctl(t, "", "prune", "--before", "1h")
+	require.Equal(t, exitOK, code, stderr)
+	assert.Regexp(t, `^pruned 0 records settled before `, stdout, "nothing settled an hour ago")
+
+	code, stdout, stderr = f.ctl(t, "", "prune", "--before", time.Now().Add(time.Minute).UTC().Format(time.RFC3339), "--batch", "1")
+	require.Equal(t, exitOK, code, stderr)
+	assert.Regexp(t, `^pruned 1 records settled before `, stdout, "the settled key; never the one in flight")
+
+	_, called, err = f.send(t, "acme", "k1", done)
+	require.ErrorIs(t, err, submissions.ErrPruned, "a retry of the pruned key")
+	assert.False(t, called)
+	_, called, err = f.send(t, "acme", "k3", done)
+	require.ErrorIs(t, err, submissions.ErrPruned, "another key for the pruned withdrawal")
+	assert.False(t, called)
+	code, _, stderr = f.ctl(t, "", "--tenant", "acme", "show", "k2")
+	require.Equal(t, exitOK, code, stderr)
+	_, called, err = f.send(t, "acme", "k2", stuck)
+	require.ErrorIs(t, err, submissions.ErrSubmissionInFlight, "the key in flight is kept")
+	assert.False(t, called)
+
+	for _, args := range [][]string{{"prune"}, {"prune", "--before", "yesterday"}, {"prune", "--before", "-1h"}, {"prune", "--before", "1h", "--batch", "0"}} {
+		code, _, stderr := f.ctl(t, "", args...)
+		assert.Equal(t, exitUsage, code, "%q", args)
+		assert.Regexp(t, `^submissionsctl: prune: `, stderr)
+	}
+}

@@ -89,6 +89,8 @@ var commands = []command{
 		summary: "record F's JSON as the outcome of the key's claim: it was sent", setup: setupResolve},
 	{name: "release", args: []string{"KEY"}, usage: "[--yes] [--token N]",
 		summary: "drop the key's claim: nothing was sent (asks unless --yes)", setup: setupRelease},
+	{name: "prune", usage: "--before T [--batch N]",
+		summary: "turn the records settled before T into tombstones, in every tenant", setup: setupPrune},
 }
 
 const exitCodesHelp = `Exit codes:
