@@ -22,7 +22,7 @@ func listingLedgers() map[string]*submissions.Submissions[withdrawal] {
 	st := submissions.NewMemoryStore[withdrawal]()
 	return map[string]*submissions.Submissions[withdrawal]{
 		"memory":               submissions.New[withdrawal](quiet),
-		"behind the interface": submissions.NewWithStore[withdrawal](opaque{st, st.(submissions.Lister), st.(submissions.Pruner)}, quiet),
+		"behind the interface": submissions.NewWithStore[withdrawal](opaque{st, st.(submissions.Lister), st.(submissions.Pruner), st.(submissions.Abandoner)}, quiet),
 	}
 }
 

@@ -138,9 +138,10 @@ func (g *guard[R]) claimsReturned(ctx context.Context, k keyRef) error {
 }
 
 // waitKey waits for key's claim. A claim this ledger is sending is waited
-// for here, in memory, until its send ends. Any other claim in flight may be
-// sent by another process: it is waited for in the store, until it is
-// settled or released, with the Store's WaitClaim when it is a Waiter and
+// for here, in memory, until its send ends. A claim whose send ended without
+// an answer (Record.Abandoned) has none to wait for. Any other claim in
+// flight may be sent by another process: it is waited for in the store,
+// until it is settled, released or abandoned, with the Store's WaitClaim when it is a Waiter and
 // otherwise by polling Lookup, first after pollFirst, then less and less
 // often, at least every pollMost.
 func (g *guard[R]) waitKey(ctx context.Context, tenant, key string) (R, error) {
@@ -155,6 +156,8 @@ func (g *guard[R]) waitKey(ctx context.Context, tenant, key string) (R, error) {
 		return zero, errWaitPruned
 	case rec.Done:
 		return rec.Outcome, nil
+	case rec.Abandoned: // its send ended without an answer, here or elsewhere
+		return zero, errNoOutcome
 	}
 	k := keyRef{tenant, key}
 	ref := claimRef{k, rec.Token}
@@ -199,7 +202,7 @@ func (g *guard[R]) waitKey(ctx context.Context, tenant, key string) (R, error) {
 		return zero, errReleased
 	case rec.Pruned:
 		return zero, errWaitPruned
-	case !rec.Done: // a Waiter that broke its contract
+	case !rec.Done: // abandoned (or a Waiter that broke its contract)
 		return zero, errNoOutcome
 	}
 	return rec.Outcome, nil
@@ -211,8 +214,8 @@ const (
 	pollMost  = time.Second
 )
 
-// poll reads key's record until its claim token is no longer in flight, or
-// ctx ends.
+// poll reads key's record until its claim token is no longer in flight or
+// is abandoned, or ctx ends.
 func (g *guard[R]) poll(ctx context.Context, tenant, key string, token Token) (Record[R], bool, error) {
 	t := time.NewTimer(pollFirst)
 	defer t.Stop()
@@ -223,7 +226,7 @@ func (g *guard[R]) poll(ctx context.Context, tenant, key string, token Token) (R
 			return Record[R]{}, false, ctx.Err()
 		}
 		rec, ok, err := g.Store.Lookup(ctx, tenant, key)
-		if err != nil || !ok || rec.Done || rec.Token != token {
+		if err != nil || !ok || rec.Done || rec.Abandoned || rec.Token != token {
 			return rec, ok, err
 		}
 		t.Reset(every)
@@ -264,7 +267,7 @@ func (s *guardSending[R]) settle(ctx context.Context, outcome R) (*R, bool, erro
 	if s.ended {
 		return nil, false, nil
 	}
-	defer s.abandon() // also when the store panics
+	defer s.end() // also when the store panics
 	rec, settled, err := s.g.Store.Settle(ctx, s.ref.tenant, s.ref.key, s.ref.token, outcome)
 	if err == nil && rec.Pruned && rec.Token == s.ref.token {
 		return nil, false, errTombstone
@@ -275,7 +278,33 @@ func (s *guardSending[R]) settle(ctx context.Context, outcome R) (*R, bool, erro
 	return &rec.Outcome, false, nil
 }
 
-func (s *guardSending[R]) abandon() {
+// abandonTimeout bounds a Store's Abandon, which runs when the send's ctx may
+// have ended already.
+const abandonTimeout = 5 * time.Second
+
+// abandon ends the send with no outcome and, when the Store is an Abandoner,
+// records that in the store, so that waiters in other processes learn it.
+// That record is best effort: the claim's mark is cleared first, and an error
+// or a panic of Abandon is contained, so that the send's caller gets its
+// error as it would without it (and a panic under way goes on unchanged).
+func (s *guardSending[R]) abandon(ctx context.Context) {
+	if s.ended {
+		return
+	}
+	s.end()
+	a, ok := s.g.Store.(Abandoner)
+	if !ok {
+		return
+	}
+	defer func() { _ = recover() }() // contained: see above
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
+	defer cancel()
+	_ = a.Abandon(actx, s.ref.tenant, s.ref.key, s.ref.token)
+}
+
+// end ends the send: the claim is no longer marked as being sent, and the
+// ledger's waits for it end.
+func (s *guardSending[R]) end() {
 	if s.ended {
 		return
 	}

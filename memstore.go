@@ -60,11 +60,13 @@ type entry[R Fingerprinter] struct {
 	sending  bool // a ledger is running the claim's send
 	released bool // released: no longer in the store
 	pruned   bool // pruned: a tombstone holds its key
+	// abandoned: a send of the claim ended without an answer
+	abandoned bool
 }
 
 // NewMemoryStore returns an empty Store that keeps its state in memory, the
-// one New uses. Its guarantees hold within one process. It is a Lister and a
-// Pruner.
+// one New uses. Its guarantees hold within one process. It is a Lister, a
+// Pruner and an Abandoner.
 func NewMemoryStore[R Fingerprinter]() Store[R] {
 	return &memStore[R]{}
 }
@@ -79,7 +81,7 @@ func (e *entry[R]) record() Record[R] {
 	if currency, ok := canonicalCurrency(fp.Currency); ok {
 		fp.Currency = currency
 	}
-	return Record[R]{Fingerprint: fp, Outcome: e.outcome, Done: e.done, Token: e.token}
+	return Record[R]{Fingerprint: fp, Outcome: e.outcome, Done: e.done, Token: e.token, Abandoned: e.abandoned && !e.done}
 }
 
 // space returns tenant's space, or nil if the tenant has never claimed a
@@ -249,10 +251,11 @@ func (m *memStore[R]) tombOf(tenant, key string, token Token) Record[R] {
 	return Record[R]{}
 }
 
-func (e *entry[R]) abandon() {
+func (e *entry[R]) abandon(context.Context) {
 	e.space.store.mu.Lock()
 	defer e.space.store.mu.Unlock()
 	e.sending = false
+	e.abandoned = true
 	e.wake()
 }
 
@@ -372,6 +375,19 @@ func (e *entry[R]) release(key string) (Record[R], bool, error) {
 	e.released = true
 	e.wake()
 	return e.record(), true, nil
+}
+
+// Abandon implements Abandoner, for a ledger that runs the memory store
+// through the Store interface: the sends of a ledger on the memory store
+// itself are known to it without one.
+func (m *memStore[R]) Abandon(_ context.Context, tenant, key string, token Token) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e, ok := m.find(tenant, key); ok && e.token == token && !e.done {
+		e.abandoned = true
+		e.wake()
+	}
+	return nil
 }
 
 // Lookup implements Store.

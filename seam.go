@@ -51,15 +51,17 @@ type backend[R Fingerprinter] interface {
 // A sending is one claim being sent, ended by settle or abandon: the ledger
 // calls one of them once, and abandon again if settle panicked. Either clears
 // the claim's mark, even if the store fails or panics; a call after the first
-// changes nothing.
+// changes nothing (an abandon after a settle records nothing).
 type sending[R Fingerprinter] interface {
 	// settle records outcome on the claim as Store.Settle does. When it
 	// settles nothing, standing is the outcome the claim has (which never
 	// changes), or nil when the claim is gone. If the claim was resolved
 	// and then pruned meanwhile, it returns errTombstone.
 	settle(ctx context.Context, outcome R) (standing *R, settled bool, err error)
-	// abandon records nothing: the claim stays in flight.
-	abandon()
+	// abandon records no outcome: the claim stays in flight, and its
+	// record is Abandoned. Its store's failure or panic is contained: the
+	// send's caller learns nothing of it.
+	abandon(ctx context.Context)
 }
 
 // errSending is the refusal of releaseIdle and releaseClaim of a claim the

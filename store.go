@@ -27,6 +27,11 @@ type Record[R Fingerprinter] struct {
 	// is true and Outcome is the zero R. The key and the withdrawal stay
 	// claimed for ever, so that neither is ever sent again.
 	Pruned bool
+	// Abandoned reports a claim in flight whose send ended without an
+	// answer (see Abandoner), or, in a store that knows every send (the
+	// memory store), that no send of it runs. The claim stays in flight, to
+	// be resolved or released; a done record is never Abandoned.
+	Abandoned bool
 }
 
 // Store holds a ledger's two indexes, request key to Record and withdrawal id
@@ -104,13 +109,33 @@ type Lister interface {
 // A Waiter is a Store that can wait for a claim to close, for
 // Submissions.Wait. A Store that is not one is polled with Lookup instead.
 type Waiter[R Fingerprinter] interface {
-	// WaitClaim blocks until key's claim token is no longer in flight and
-	// returns key's record then, with ok false when key has none: the claim
-	// was settled (the record of token, Done) or released (no record, or the
-	// record of a later claim). It returns at once when the claim is not in
-	// flight when called, and ctx's error when ctx ends first. A claim
-	// settled or released through any Store on the same state ends the wait.
+	// WaitClaim blocks until key's claim token is no longer in flight, or
+	// is abandoned, and returns key's record then, with ok false when key
+	// has none: the claim was settled (the record of token, Done), released
+	// (no record, or the record of a later claim) or abandoned (the record
+	// of token, in flight and Abandoned). It returns at once when the claim
+	// is in none of those states when called, and ctx's error when ctx ends
+	// first. A claim settled, released or abandoned through any Store on the
+	// same state ends the wait.
 	WaitClaim(ctx context.Context, tenant, key string, token Token) (rec Record[R], ok bool, err error)
+}
+
+// An Abandoner is a Store that can record that a claim's send ended without
+// an answer, so that a Wait anywhere, in this process or another, learns it
+// and returns ErrOutcomeUnknown instead of waiting until its ctx ends. A
+// ledger calls it when a send it ran under a claim ends without settling it
+// (an error, a panic, an answer that is not recorded); a Store that is not
+// one works for every other call, and a Wait elsewhere waits for such a claim
+// until it is settled or released.
+type Abandoner interface {
+	// Abandon records that key's claim token, if it is in flight, was sent
+	// and its send ended without an answer: its record is Abandoned from
+	// then on. The claim stays in flight, and nothing else changes: it is
+	// settled (Resolve) or released as any other. A claim that is done or
+	// gone changes nothing, and is no error. The ledger calls it at most once
+	// per send, best effort: its error is not reported to the send's caller,
+	// who has ErrOutcomeUnknown (or ErrOutcomeNotRecorded) either way.
+	Abandon(ctx context.Context, tenant, key string, token Token) error
 }
 
 // ListQuery selects claims in flight for Lister.ListInFlight.

@@ -219,7 +219,7 @@ func (s *Submissions[R]) sendAndRecord(ctx context.Context, sh *shared[R], sendi
 	ended, under := false, "send did not return"
 	defer func() {
 		if !ended {
-			sending.abandon()
+			sending.abandon(ctx)
 			s.report(ctx, sh, EventOutcomeUnknown, key, fp.WithdrawalID, took(),
 				fmt.Errorf("%w: request key %s: %s", ErrOutcomeUnknown, key, under))
 		}
@@ -239,7 +239,7 @@ func (s *Submissions[R]) sendAndRecord(ctx context.Context, sh *shared[R], sendi
 	}
 	if err != nil {
 		ended = true
-		sending.abandon()
+		sending.abandon(ctx)
 		err = fmt.Errorf("%w: request key %s: %w", ErrOutcomeUnknown, key, err)
 		s.report(ctx, sh, EventOutcomeUnknown, key, fp.WithdrawalID, took(), err)
 		return zero, err
@@ -265,7 +265,7 @@ func (s *Submissions[R]) sendAndRecord(ctx context.Context, sh *shared[R], sendi
 	var settled bool
 	under = "the store panicked while recording the answer"
 	if why != nil {
-		sending.abandon()
+		sending.abandon(ctx)
 	} else {
 		standing, settled, err = sending.settle(ctx, out)
 	}

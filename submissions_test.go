@@ -29,11 +29,12 @@ var (
 type withdrawal = storetest.Withdrawal
 
 // opaque hides a store's type: the ledger runs it as it runs any Store (a
-// Lister, as the memory store is).
+// Lister, a Pruner and an Abandoner, as the memory store is).
 type opaque struct {
 	submissions.Store[withdrawal]
 	submissions.Lister
 	submissions.Pruner
+	submissions.Abandoner
 }
 
 func memory(*testing.T) submissions.Store[withdrawal] {
@@ -47,7 +48,7 @@ func TestMemoryStore(t *testing.T) {
 func TestMemoryStoreBehindTheStoreInterface(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) submissions.Store[withdrawal] {
 		st := memory(t)
-		return opaque{st, st.(submissions.Lister), st.(submissions.Pruner)}
+		return opaque{st, st.(submissions.Lister), st.(submissions.Pruner), st.(submissions.Abandoner)}
 	})
 }
 

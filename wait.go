@@ -17,10 +17,11 @@ import (
 // nothing.
 //
 // In memory Wait knows every send of the ledgers on its store. On another
-// Store it knows this ledger's sends only: a claim in flight that another
-// process may be sending is waited for until it is settled or released (see
-// the README), through the Store's WaitClaim if it is a Waiter, by polling
-// Lookup otherwise.
+// Store it knows this ledger's sends, and the sends that ended without an
+// answer anywhere when the Store is an Abandoner (Record.Abandoned); any
+// other claim in flight, which another process may be sending, is waited for
+// until it is settled, released or abandoned (see the README), through the
+// Store's WaitClaim if it is a Waiter, by polling Lookup otherwise.
 func (s *Submissions[R]) Wait(ctx context.Context, key string) (R, error) {
 	var zero R
 	if s.tenantErr != nil {

@@ -23,6 +23,76 @@ var failureTests = []test{
 	{"ReleaseIsNotHeldUpByRetries", testReleaseIsNotHeldUpByRetries},
 	{"SubmitDoesNotWaitForARelease", testSubmitDoesNotWaitForARelease},
 	{"ReleaseAfterTheOutcomeIsRecordedIsAConflict", testReleaseAfterTheOutcomeIsRecordedIsAConflict},
+	{"AbandonFailureLeavesTheLedgerWhole", testAbandonFailureLeavesTheLedgerWhole},
+}
+
+// abandoning wraps an Abandoner store, its Abandon replaced by abandon.
+type abandoning struct {
+	submissions.Store[Withdrawal]
+	abandon func(ctx context.Context, tenant, key string, token submissions.Token) error
+}
+
+func (a *abandoning) Abandon(ctx context.Context, tenant, key string, token submissions.Token) error {
+	return a.abandon(ctx, tenant, key, token)
+}
+
+// testAbandonFailureLeavesTheLedgerWhole: the ledger tells an Abandoner of
+// each send that ends without settling its claim (an error, a panic, an
+// answer not recorded) and of no other; an Abandon that fails or panics
+// changes nothing for the send's caller, whose error or panic is the one it
+// would be, and leaves the key claimed and releasable.
+func testAbandonFailureLeavesTheLedgerWhole(t *testing.T, newStore Factory) {
+	if _, ok := newStore(t).(submissions.Abandoner); !ok {
+		t.Skip("the store is not an Abandoner")
+	}
+	for name, fail := range map[string]func() error{
+		"works":  func() error { return nil },
+		"fails":  func() error { return errLostConnection },
+		"panics": func() error { panic("store bug in Abandon") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			st := newStore(t)
+			var mu sync.Mutex
+			var abandoned []string
+			f := setUpOn(t, &abandoning{Store: st, abandon: func(ctx context.Context, tenant, key string, token submissions.Token) error {
+				mu.Lock()
+				abandoned = append(abandoned, key)
+				mu.Unlock()
+				if err := fail(); err != nil {
+					return err
+				}
+				return st.(submissions.Abandoner).Abandon(ctx, tenant, key, token)
+			}})
+			requireAbandoned := func(want ...string) {
+				t.Helper()
+				mu.Lock()
+				defer mu.Unlock()
+				require.Equal(t, want, abandoned, "the keys abandoned")
+			}
+			_, err := f.s.Submit(bg, "req-0", newWithdrawal("w-0"), f.rail.send)
+			require.NoError(t, err)
+			requireAbandoned()
+
+			strand(t, f.s, "req-1", f.w)
+			requireAbandoned("req-1")
+			require.PanicsWithValue(t, "send bug", func() {
+				_, _ = f.s.Submit(bg, "req-2", newWithdrawal("w-2"), func(context.Context, Withdrawal) (Withdrawal, error) { panic("send bug") })
+			}, "the send's own panic goes on")
+			requireAbandoned("req-1", "req-2")
+			_, err = f.s.Submit(bg, "req-3", newWithdrawal("w-3"), func(context.Context, Withdrawal) (Withdrawal, error) {
+				return newWithdrawal("w-other").sent("0xother"), nil
+			})
+			require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
+			requireAbandoned("req-1", "req-2", "req-3")
+
+			requireKeptClaim(t, f.s, "req-1", f.w)
+			for i, key := range []string{"req-1", "req-2", "req-3"} {
+				require.NoError(t, f.s.Release(bg, key), "Release of %s", key)
+				requireHolder(t, f.s, []string{"w-1", "w-2", "w-3"}[i], "")
+			}
+			requireAbandoned("req-1", "req-2", "req-3")
+		})
+	}
 }
 
 // hooked wraps a store with hooks: before runs ahead of every call with the

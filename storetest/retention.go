@@ -90,6 +90,9 @@ func requirePruned(t *testing.T, s *submissions.Submissions[Withdrawal], key str
 	requireRefusal(t, err, submissions.ErrPruned)
 	requireConflict(t, err, key)
 	requireRefusal(t, s.Release(bg, key), submissions.ErrPruned)
+	out, err := s.Wait(bg, key)
+	requireRefusal(t, err, submissions.ErrPruned)
+	require.Equal(t, Withdrawal{}, out)
 
 	out, ok, err := s.Outcome(bg, key)
 	requireRefusal(t, err, submissions.ErrPruned)

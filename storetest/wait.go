@@ -19,6 +19,7 @@ var waitTests = []test{
 	{"WaitOnADoneKeyReturnsAtOnce", testWaitOnADoneKeyReturnsAtOnce},
 	{"WaitDuringASendGetsItsOutcome", testWaitDuringASendGetsItsOutcome},
 	{"WaitWhenTheSendFailsIsOutcomeUnknown", testWaitWhenTheSendFailsIsOutcomeUnknown},
+	{"WaitAfterTheSendFailedIsOutcomeUnknownAtOnce", testWaitAfterTheSendFailedIsOutcomeUnknownAtOnce},
 	{"WaitOnAnUnknownKey", testWaitOnAnUnknownKey},
 	{"WaitOfAKeyReleasedWhileWaiting", testWaitOfAKeyReleasedWhileWaiting},
 	{"WaitEndsWithCtx", testWaitEndsWithCtx},
@@ -137,8 +138,9 @@ func testWaitWhenTheSendFailsIsOutcomeUnknown(t *testing.T, newStore Factory) {
 		return Withdrawal{}, errRail
 	})
 	<-started
-	here := goWait(bg, f.s, "req-1")
+	here, there := goWait(bg, f.s, "req-1"), goWait(bg, f.waitElsewhere(), "req-1")
 	requireWaiting(t, here)
+	requireWaiting(t, there)
 	close(finish)
 	require.ErrorIs(t, <-sent, submissions.ErrOutcomeUnknown)
 	r := waitedFor(t, here)
@@ -146,15 +148,65 @@ func testWaitWhenTheSendFailsIsOutcomeUnknown(t *testing.T, newStore Factory) {
 	assert.Contains(t, r.err.Error(), "req-1")
 	assert.Zero(t, r.out)
 
-	// Another instance cannot tell a send that ended elsewhere from one
-	// that runs there still: it knows or waits, until its ctx ends.
-	ctx, cancel := context.WithTimeout(bg, 50*time.Millisecond)
-	defer cancel()
-	_, err := f.elsewhere().Wait(ctx, "req-1")
-	if !errors.Is(err, submissions.ErrOutcomeUnknown) {
-		require.ErrorIs(t, err, context.DeadlineExceeded)
+	if _, ok := f.store.(submissions.Abandoner); ok {
+		// The store recorded that the send ended without an answer: another
+		// instance waiting for it learns it too.
+		r = waitedFor(t, there)
+		require.ErrorIs(t, r.err, submissions.ErrOutcomeUnknown, "another instance, told by the store")
+		assert.Zero(t, r.out)
+	} else {
+		// Without an Abandoner another instance cannot tell a send that
+		// ended elsewhere from one that runs there still: it waits, until
+		// its ctx ends.
+		ctx, cancel := context.WithTimeout(bg, 50*time.Millisecond)
+		defer cancel()
+		_, err := f.elsewhere().Wait(ctx, "req-1")
+		if !errors.Is(err, submissions.ErrOutcomeUnknown) {
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+		}
 	}
 	requireKeptClaim(t, f.s, "req-1", f.w)
+}
+
+// testWaitAfterTheSendFailedIsOutcomeUnknownAtOnce: a Wait that starts after
+// the key's send ended without an answer returns ErrOutcomeUnknown at once,
+// in the ledger that ran the send and in another instance, on a store that
+// records it (an Abandoner; the memory store knows it in any case); and
+// again after a Resolve, the outcome.
+func testWaitAfterTheSendFailedIsOutcomeUnknownAtOnce(t *testing.T, newStore Factory) {
+	f := setUp(t, newStore)
+	if _, ok := f.store.(submissions.Abandoner); !ok {
+		t.Skip("the store is not an Abandoner: a Wait waits for a claim whose send ended elsewhere")
+	}
+	strand(t, f.s, "req-1", f.w)
+	_, err := f.s.Submit(bg, "req-2", newWithdrawal("w-2"), func(context.Context, Withdrawal) (Withdrawal, error) {
+		return newWithdrawal("w-other").sent("0xother"), nil // an answer for another withdrawal: not recorded
+	})
+	require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
+	for _, key := range []string{"req-1", "req-2"} {
+		for name, s := range map[string]*submissions.Submissions[Withdrawal]{"here": f.s, "elsewhere": f.waitElsewhere(), "polling": f.elsewhere()} {
+			t.Run(key+" "+name, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(bg, time.Minute)
+				defer cancel()
+				start := time.Now()
+				out, err := s.Wait(ctx, key)
+				require.ErrorIs(t, err, submissions.ErrOutcomeUnknown)
+				assert.Contains(t, err.Error(), key)
+				assert.Zero(t, out)
+				assert.Less(t, time.Since(start), 10*time.Second, "at once, not when ctx ends")
+			})
+		}
+	}
+	requireKeptClaim(t, f.s, "req-1", f.w)
+	require.NoError(t, f.elsewhere().Resolve(bg, "req-1", f.w.sent("0xfound")), "an abandoned claim is resolved as any other")
+	for name, s := range map[string]*submissions.Submissions[Withdrawal]{"here": f.s, "elsewhere": f.waitElsewhere()} {
+		got, err := s.Wait(bg, "req-1")
+		require.NoError(t, err, name)
+		assert.Equal(t, f.w.sent("0xfound"), got, name)
+	}
+	require.NoError(t, f.s.Release(bg, "req-2"), "an abandoned claim is released as any other")
+	_, err = f.waitElsewhere().Wait(bg, "req-2")
+	requireRefusal(t, err, submissions.ErrUnknownKey)
 }
 
 func testWaitOnAnUnknownKey(t *testing.T, newStore Factory) {
@@ -182,7 +234,11 @@ func testWaitOnAnUnknownKey(t *testing.T, newStore Factory) {
 func testWaitOfAKeyReleasedWhileWaiting(t *testing.T, newStore Factory) {
 	t.Run("a claim another ledger holds", func(t *testing.T) {
 		f := setUp(t, newStore)
-		strand(t, f.s, "req-1", f.w)
+		// Claimed through the store, as an instance that sends it, or died
+		// sending it, leaves it.
+		_, claimed, err := f.store.Claim(bg, "", "req-1", f.w.Fingerprint(), nil)
+		require.NoError(t, err)
+		require.True(t, claimed)
 		done := goWait(bg, f.waitElsewhere(), "req-1")
 		requireWaiting(t, done)
 		require.NoError(t, f.s.Release(bg, "req-1"))
