@@ -29,6 +29,7 @@ func ExampleSchema() {
 	//     settled_at    timestamptz,
 	//     claim_id      bigint      GENERATED ALWAYS AS IDENTITY,
 	//     pruned_at     timestamptz,
+	//     abandoned_at  timestamptz,
 	//     CONSTRAINT "submissions_key_unique" UNIQUE (tenant, request_key),
 	//     CONSTRAINT "submissions_withdrawal_unique" UNIQUE (tenant, withdrawal_id),
 	//     CONSTRAINT "submissions_settled_check" CHECK ((outcome IS NULL) = (settled_at IS NULL))
@@ -46,4 +47,7 @@ func ExampleSchema() {
 	// -- index of every settled row that tables made before it have.
 	// CREATE INDEX IF NOT EXISTS "submissions_prunable" ON "payouts"."submissions" (settled_at) WHERE outcome IS NOT NULL AND pruned_at IS NULL;
 	// DROP INDEX IF EXISTS "payouts"."submissions_settled";
+	// -- A table made before Abandon gets abandoned_at: set on a row in flight whose
+	// -- send ended without an answer, so that its waiters anywhere learn it.
+	// ALTER TABLE "payouts"."submissions" ADD COLUMN IF NOT EXISTS abandoned_at timestamptz;
 }

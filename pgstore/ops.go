@@ -92,13 +92,13 @@ func (s *Store[R]) holder(ctx context.Context, tenant, key, withdrawalID string)
 		token                          *int64
 		id, amount, currency, dest, by *string
 		outcome                        []byte
-		pruned, byPruned               bool
+		pruned, abandoned, byPruned    bool
 	)
-	if err := s.pool.QueryRow(ctx, s.sql.holder, tenant, key, withdrawalID).Scan(&token, &id, &amount, &currency, &dest, &outcome, &pruned, &by, &byPruned); err != nil {
+	if err := s.pool.QueryRow(ctx, s.sql.holder, tenant, key, withdrawalID).Scan(&token, &id, &amount, &currency, &dest, &outcome, &pruned, &abandoned, &by, &byPruned); err != nil {
 		return rec, false, "", false, s.translate(err)
 	}
 	if token != nil {
-		row := storedRow{token: *token, fp: submissions.Fingerprint{WithdrawalID: *id, Amount: *amount, Currency: *currency, Destination: *dest}, outcome: outcome, pruned: pruned}
+		row := storedRow{token: *token, fp: submissions.Fingerprint{WithdrawalID: *id, Amount: *amount, Currency: *currency, Destination: *dest}, outcome: outcome, pruned: pruned, abandoned: abandoned}
 		rec, err = s.record(key, row)
 		return rec, err == nil, "", false, err
 	}
@@ -127,6 +127,8 @@ type storedRow struct {
 	fp      submissions.Fingerprint
 	outcome []byte // nil while in flight
 	pruned  bool   // a tombstone: only the token and withdrawal id are kept
+	// abandoned: abandoned_at is set (which a settled row ignores)
+	abandoned bool
 }
 
 func (s *Store[R]) record(key string, row storedRow) (submissions.Record[R], error) {
@@ -134,7 +136,7 @@ func (s *Store[R]) record(key string, row storedRow) (submissions.Record[R], err
 		return submissions.Record[R]{Fingerprint: submissions.Fingerprint{WithdrawalID: row.fp.WithdrawalID}, Done: true,
 			Token: submissions.Token(row.token), Pruned: true}, nil
 	}
-	rec := submissions.Record[R]{Fingerprint: row.fp, Done: row.outcome != nil, Token: submissions.Token(row.token)}
+	rec := submissions.Record[R]{Fingerprint: row.fp, Done: row.outcome != nil, Token: submissions.Token(row.token), Abandoned: row.abandoned && row.outcome == nil}
 	if rec.Done {
 		if err := s.codec.Unmarshal(row.outcome, &rec.Outcome); err != nil {
 			return submissions.Record[R]{}, fmt.Errorf("pgstore: decode the outcome of request key %s: %w", key, err)
@@ -179,6 +181,18 @@ func (s *Store[R]) Release(ctx context.Context, tenant, key string, token submis
 		return submissions.Record[R]{}, false, s.translate(err)
 	}
 	return s.claimDone(ctx, tenant, key, token)
+}
+
+// Abandon implements submissions.Abandoner: one UPDATE that sets abandoned_at
+// on tenant's row of key and token while it has no outcome, notifying the
+// claim's waiters in the same statement as Settle and Release do. A row that
+// is done or gone changes nothing. Only a send that ends without an answer
+// pays for it.
+func (s *Store[R]) Abandon(ctx context.Context, tenant, key string, token submissions.Token) error {
+	if _, err := s.pool.Exec(ctx, s.sql.abandon, tenant, key, int64(token)); err != nil {
+		return s.translate(err)
+	}
+	return nil
 }
 
 // claimDone is the answer of a Settle or Release that matched no row: key's

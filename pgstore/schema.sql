@@ -12,6 +12,7 @@ CREATE TABLE IF NOT EXISTS {{table}} (
     settled_at    timestamptz,
     claim_id      bigint      GENERATED ALWAYS AS IDENTITY,
     pruned_at     timestamptz,
+    abandoned_at  timestamptz,
     CONSTRAINT {{key_unique}} UNIQUE (tenant, request_key),
     CONSTRAINT {{withdrawal_unique}} UNIQUE (tenant, withdrawal_id),
     CONSTRAINT {{settled_check}} CHECK ((outcome IS NULL) = (settled_at IS NULL))
@@ -29,3 +30,6 @@ ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS pruned_at timestamptz;
 -- index of every settled row that tables made before it have.
 CREATE INDEX IF NOT EXISTS {{prunable_index}} ON {{table}} (settled_at) WHERE outcome IS NOT NULL AND pruned_at IS NULL;
 DROP INDEX IF EXISTS {{old_settled_index}};
+-- A table made before Abandon gets abandoned_at: set on a row in flight whose
+-- send ended without an answer, so that its waiters anywhere learn it.
+ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS abandoned_at timestamptz;

@@ -66,9 +66,9 @@ type Store[R submissions.Fingerprinter] struct {
 
 // statements are the store's SQL, for its table.
 type statements struct {
-	insert, lookup, claimedBy, settle, release, holder, prune string
-	channel                                                   string // WaitClaim's
-	lock, upToDate                                            string // Migrate's
+	insert, lookup, claimedBy, settle, release, abandon, holder, prune string
+	channel                                                            string // WaitClaim's
+	lock, upToDate                                                     string // Migrate's
 }
 
 // A Codec turns outcomes into bytes and back. Two outcomes are the same to
@@ -150,7 +150,7 @@ func New[R submissions.Fingerprinter](pool *pgxpool.Pool, opts ...Option) (*Stor
 // Schema returns the statements Migrate runs for table, a name as WithTable
 // takes it, for teams that keep their schema with a migration tool: create
 // the table, its constraints and its indexes if they do not exist, and add the
-// claim_id and pruned_at columns to a table made before them. It returns an error for a name
+// claim_id, pruned_at and abandoned_at columns to a table made before them. It returns an error for a name
 // that WithTable would refuse.
 func Schema(table string) (string, error) {
 	n, err := tableNames(table)
@@ -214,7 +214,7 @@ func (n names) ddl() string {
 // call takes the tenant as its first parameter and reads or writes only that
 // tenant's rows, through the unique constraints that both lead with it.
 func sqlFor(n names) statements {
-	const cols = "claim_id, withdrawal_id, amount, currency, destination, outcome, pruned_at IS NOT NULL"
+	const cols = "claim_id, withdrawal_id, amount, currency, destination, outcome, pruned_at IS NOT NULL, abandoned_at IS NOT NULL"
 	const fpCols = "withdrawal_id, amount, currency, destination"
 	table := n.table
 	// A table's channel is named after its oid, however its name is spelled;
@@ -240,7 +240,7 @@ RETURNING claim_id`,
 		// withdrawal's holder, read in one snapshot, so that the answer is
 		// true at one moment.
 		holder: `SELECT k.claim_id, k.withdrawal_id, k.amount, k.currency, k.destination, k.outcome, k.pruned_at IS NOT NULL,
-	h.request_key, h.pruned_at IS NOT NULL
+	k.abandoned_at IS NOT NULL, h.request_key, h.pruned_at IS NOT NULL
 FROM (SELECT 1) AS one
 LEFT JOIN ` + table + ` k ON k.tenant = $1 AND k.request_key = $2
 LEFT JOIN ` + table + ` h ON h.tenant = $1 AND h.withdrawal_id = $3`,
@@ -254,6 +254,12 @@ SELECT ` + fpCols + `, ` + notify + ` FROM settled`,
 		release: `WITH released AS (DELETE FROM ` + table + ` WHERE tenant = $1 AND request_key = $2 AND claim_id = $3 AND outcome IS NULL
 RETURNING ` + fpCols + `)
 SELECT ` + fpCols + `, ` + notify + ` FROM released`,
+		// Abandoning a claim in flight marks its row, and notifies its
+		// waiters as settling and releasing do.
+		abandon: `WITH abandoned AS (UPDATE ` + table + ` SET abandoned_at = now()
+WHERE tenant = $1 AND request_key = $2 AND claim_id = $3 AND outcome IS NULL
+RETURNING 1)
+SELECT ` + notify + ` FROM abandoned`,
 		channel: `SELECT ` + channel,
 		// Up to $2 settled rows not pruned yet, settled before $1, oldest
 		// first through the prunable index, become tombstones: the key, the
@@ -273,11 +279,11 @@ RETURNING tenant, request_key, withdrawal_id`,
 		// "public.submissions" take the same lock.
 		lock: `SELECT pg_advisory_xact_lock(hashtextextended(
 	'submissions/pgstore migrate ' || coalesce(nullif($1::text, ''), current_schema(), '') || '.' || $2::text, 0))`,
-		// The table has its claim_id and pruned_at columns and both
-		// indexes, and not the indexes they replace: there is nothing to
-		// do, and no DDL takes a lock on the table.
-		upToDate: `SELECT count(*) FILTER (WHERE NOT old) = 4 AND NOT coalesce(bool_or(old), false) FROM (
-	SELECT false AS old FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname IN ('claim_id', 'pruned_at') AND NOT attisdropped
+		// The table has its claim_id, pruned_at and abandoned_at columns
+		// and both indexes, and not the indexes they replace: there is
+		// nothing to do, and no DDL takes a lock on the table.
+		upToDate: `SELECT count(*) FILTER (WHERE NOT old) = 5 AND NOT coalesce(bool_or(old), false) FROM (
+	SELECT false AS old FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname IN ('claim_id', 'pruned_at', 'abandoned_at') AND NOT attisdropped
 	UNION ALL
 	SELECT i.relname IN ($4, $5) FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
 	WHERE x.indrelid = to_regclass($1) AND i.relname IN ($2, $3, $4, $5)

@@ -17,13 +17,14 @@ import (
 // breaks).
 const PollEvery = 2 * time.Second
 
-// WaitClaim implements submissions.Waiter with LISTEN/NOTIFY: settling or
-// releasing a claim, through any Store on the table, notifies the table's
-// channel in the same transaction. WaitClaim takes a connection of the pool
+// WaitClaim implements submissions.Waiter with LISTEN/NOTIFY: settling,
+// releasing or abandoning a claim, through any Store on the table, notifies
+// the table's channel in the same transaction. WaitClaim takes a connection of the pool
 // for itself while it waits, LISTENs, reads the row (so that a change made
 // before it listened is not missed), then waits for a notification naming
 // the key, reading the row again after each and every PollEvery, until the
-// claim is no longer in flight or ctx ends. While it waits it holds a shared
+// claim is no longer in flight, or is abandoned (abandoned_at is set), or
+// ctx ends. While it waits it holds a shared
 // advisory lock named after the table, tenant and key, by which a settle or
 // release knows to notify: a change that nobody waits for sends no
 // notification. It UNLISTENs and unlocks before it gives the connection
@@ -58,7 +59,7 @@ func (s *Store[R]) waitClaim(ctx context.Context, tenant, key string, token subm
 		return rec, false, s.translate(err)
 	}
 	for {
-		if rec, ok, err = s.lookupOn(ctx, conn.Conn(), tenant, key); err != nil || !ok || rec.Done || rec.Token != token {
+		if rec, ok, err = s.lookupOn(ctx, conn.Conn(), tenant, key); err != nil || !ok || rec.Done || rec.Abandoned || rec.Token != token {
 			return rec, ok, err
 		}
 		if err := s.notified(ctx, conn.Conn(), payload, poll); err != nil {
@@ -108,7 +109,7 @@ type querier interface {
 func (s *Store[R]) lookupOn(ctx context.Context, q querier, tenant, key string) (submissions.Record[R], bool, error) {
 	var row storedRow
 	err := q.QueryRow(ctx, s.sql.lookup, tenant, key).
-		Scan(&row.token, &row.fp.WithdrawalID, &row.fp.Amount, &row.fp.Currency, &row.fp.Destination, &row.outcome, &row.pruned)
+		Scan(&row.token, &row.fp.WithdrawalID, &row.fp.Amount, &row.fp.Currency, &row.fp.Destination, &row.outcome, &row.pruned, &row.abandoned)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return submissions.Record[R]{}, false, nil

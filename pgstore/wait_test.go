@@ -170,3 +170,77 @@ func TestWaitClaimGivesItsConnectionBack(t *testing.T) {
 	}
 	requireGivenBack(t, pool)
 }
+
+var _ submissions.Abandoner = (*Store[w])(nil)
+
+// TestWaitClaimHearsAnAbandon: a claim abandoned through a Store on another
+// pool (its send ended without an answer in another instance) ends a
+// WaitClaim, by its notification long before the WaitClaim would read the
+// row again, and by that read when no notification comes; the record is
+// Abandoned, in flight, until the claim is settled.
+func TestWaitClaimHearsAnAbandon(t *testing.T) {
+	poolA, poolB := testPool(t, 4), testPool(t, 4)
+	a := newTestStore[w](t, poolA)
+	b, err := New[w](poolB, WithTable(a.names.base))
+	require.NoError(t, err)
+
+	for _, notified := range []bool{true, false} {
+		key := "req-" + map[bool]string{true: "notified", false: "polled"}[notified]
+		x := newW("w-" + key)
+		rec, claimed, err := a.Claim(bg, "", key, x.Fingerprint(), nil)
+		require.NoError(t, err)
+		require.True(t, claimed)
+		require.False(t, rec.Abandoned)
+		poll := time.Hour
+		if !notified {
+			poll = 50 * time.Millisecond
+		}
+		done := goWaitClaim(bg, b, key, rec.Token, poll)
+		requireListening(t, poolA, a.names.base)
+		start := time.Now()
+		if notified {
+			require.NoError(t, a.Abandon(bg, "", key, rec.Token))
+		} else { // the row changed without a notification (one lost)
+			_, err := poolA.Exec(bg, `UPDATE `+a.names.table+` SET abandoned_at = now() WHERE request_key = $1`, key)
+			require.NoError(t, err)
+		}
+		got := <-done
+		require.NoError(t, got.err)
+		assert.Less(t, time.Since(start), 10*time.Second)
+		require.True(t, got.ok)
+		assert.True(t, got.rec.Abandoned, "abandoned")
+		assert.False(t, got.rec.Done, "and in flight")
+		assert.Equal(t, rec.Token, got.rec.Token)
+
+		again, ok, err := b.WaitClaim(bg, "", key, rec.Token)
+		require.NoError(t, err, "a WaitClaim of an abandoned claim returns at once")
+		require.True(t, ok)
+		assert.True(t, again.Abandoned)
+	}
+	requireGivenBack(t, poolB)
+
+	// Settled after all: done, no longer Abandoned; an Abandon of a done
+	// claim, or of another claim's token, changes nothing.
+	rec, ok, err := a.Lookup(bg, "", "req-notified")
+	require.NoError(t, err)
+	require.True(t, ok)
+	_, settled, err := b.Settle(bg, "", "req-notified", rec.Token, sent(newW("w-req-notified"), "0x1"))
+	require.NoError(t, err)
+	require.True(t, settled, "an abandoned claim is settled as any other")
+	require.NoError(t, a.Abandon(bg, "", "req-notified", rec.Token))
+	require.NoError(t, a.Abandon(bg, "", "req-notified", rec.Token+100))
+	require.NoError(t, a.Abandon(bg, "", "req-unknown", 1))
+	done, ok, err := a.Lookup(bg, "", "req-notified")
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.True(t, done.Done)
+	assert.False(t, done.Abandoned, "a done record is never Abandoned")
+
+	fresh, claimed, err := a.Claim(bg, "", "req-fresh", newW("w-fresh").Fingerprint(), nil)
+	require.NoError(t, err)
+	require.True(t, claimed)
+	require.NoError(t, a.Abandon(bg, "", "req-fresh", fresh.Token+100))
+	got, _, err := a.Lookup(bg, "", "req-fresh")
+	require.NoError(t, err)
+	assert.False(t, got.Abandoned, "another token's Abandon changes nothing")
+}
