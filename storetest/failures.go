@@ -38,7 +38,8 @@ func (a *abandoning) Abandon(ctx context.Context, tenant, key string, token subm
 
 // testAbandonFailureLeavesTheLedgerWhole: the ledger tells an Abandoner of
 // each send that ends without settling its claim (an error, a panic, an
-// answer not recorded) and of no other; an Abandon that fails or panics
+// answer not recorded) and of no other (not one whose Settle failed or
+// panicked: its answer may stand); an Abandon that fails or panics
 // changes nothing for the send's caller, whose error or panic is the one it
 // would be, and leaves the key claimed and releasable.
 func testAbandonFailureLeavesTheLedgerWhole(t *testing.T, newStore Factory) {
@@ -54,7 +55,20 @@ func testAbandonFailureLeavesTheLedgerWhole(t *testing.T, newStore Factory) {
 			st := newStore(t)
 			var mu sync.Mutex
 			var abandoned []string
-			f := setUpOn(t, &abandoning{Store: st, abandon: func(ctx context.Context, tenant, key string, token submissions.Token) error {
+			var settleFault func() error // of the next Settle, if any
+			faulty := &hooked{Store: st, before: func(call string) error {
+				mu.Lock()
+				fault := settleFault
+				if call == "Settle" {
+					settleFault = nil
+				}
+				mu.Unlock()
+				if call == "Settle" && fault != nil {
+					return fault()
+				}
+				return nil
+			}}
+			f := setUpOn(t, &abandoning{Store: faulty, abandon: func(ctx context.Context, tenant, key string, token submissions.Token) error {
 				mu.Lock()
 				abandoned = append(abandoned, key)
 				mu.Unlock()
@@ -85,10 +99,23 @@ func testAbandonFailureLeavesTheLedgerWhole(t *testing.T, newStore Factory) {
 			require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
 			requireAbandoned("req-1", "req-2", "req-3")
 
+			mu.Lock()
+			settleFault = func() error { return errLostConnection }
+			mu.Unlock()
+			_, err = f.s.Submit(bg, "req-4", newWithdrawal("w-4"), f.rail.send)
+			require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
+			mu.Lock()
+			settleFault = func() error { panic("store bug in Settle") }
+			mu.Unlock()
+			require.PanicsWithValue(t, "store bug in Settle", func() {
+				_, _ = f.s.Submit(bg, "req-5", newWithdrawal("w-5"), f.rail.send)
+			})
+			requireAbandoned("req-1", "req-2", "req-3")
+
 			requireKeptClaim(t, f.s, "req-1", f.w)
-			for i, key := range []string{"req-1", "req-2", "req-3"} {
+			for i, key := range []string{"req-1", "req-2", "req-3", "req-4", "req-5"} {
 				require.NoError(t, f.s.Release(bg, key), "Release of %s", key)
-				requireHolder(t, f.s, []string{"w-1", "w-2", "w-3"}[i], "")
+				requireHolder(t, f.s, []string{"w-1", "w-2", "w-3", "w-4", "w-5"}[i], "")
 			}
 			requireAbandoned("req-1", "req-2", "req-3")
 		})
