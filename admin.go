@@ -34,6 +34,7 @@ type Claim struct {
 	ClaimedAt   time.Time   // when the store made the claim, by its clock
 	Token       Token       // the claim's token, which Admin's actions match
 	Sending     bool        // this ledger is running its send right now
+	Abandoned   bool        // a send of it ended without an answer (Record.Abandoned), when the store knows it
 }
 
 // InFlightQuery selects the keys in flight that Admin.InFlight lists.

@@ -471,7 +471,7 @@ func (m *memStore[R]) ListInFlight(_ context.Context, q ListQuery) ([]Claim, err
 	claims := make([]Claim, len(all))
 	for i, f := range all {
 		claims[i] = Claim{Tenant: f.tenant, Key: f.key, Fingerprint: f.e.record().Fingerprint,
-			ClaimedAt: time.Unix(0, f.e.at), Token: f.e.token, Sending: f.e.sending}
+			ClaimedAt: time.Unix(0, f.e.at), Token: f.e.token, Sending: f.e.sending, Abandoned: f.e.abandoned}
 	}
 	return claims, nil
 }

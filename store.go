@@ -98,7 +98,8 @@ type Lister interface {
 	// its Tenant, Key, Fingerprint (canonical, as the ledger passed it to
 	// Claim), ClaimedAt (when the store made the claim, by the store's
 	// clock) and Token; Sending reports a send running under the claim when
-	// the store knows it, and is false otherwise.
+	// the store knows it, and is false otherwise; Abandoned is the claim's
+	// Record.Abandoned.
 	//
 	// A claim that stands throughout a walk of pages, each started After the
 	// last claim of the one before, is listed exactly once; a claim made or

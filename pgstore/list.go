@@ -16,7 +16,7 @@ import (
 // byte by byte, as COLLATE "C" does); the settled rows, however many, are
 // never read. ClaimedAt is the row's claimed_at, the database's clock when
 // the claim was made. Sending is false: the Store does not know which claims
-// a ledger is sending (the ledger adds it).
+// a ledger is sending (the ledger adds it). Abandoned is abandoned_at set.
 func (s *Store[R]) ListInFlight(ctx context.Context, q submissions.ListQuery) ([]submissions.Claim, error) {
 	sql, args := listSQL(s.names.table, q)
 	rows, err := s.pool.Query(ctx, sql, args...)
@@ -27,7 +27,7 @@ func (s *Store[R]) ListInFlight(ctx context.Context, q submissions.ListQuery) ([
 		var c submissions.Claim
 		var token int64
 		err := row.Scan(&c.Tenant, &c.Key, &c.Fingerprint.WithdrawalID, &c.Fingerprint.Amount, &c.Fingerprint.Currency,
-			&c.Fingerprint.Destination, &c.ClaimedAt, &token)
+			&c.Fingerprint.Destination, &c.ClaimedAt, &token, &c.Abandoned)
 		c.Token = submissions.Token(token)
 		return c, err
 	})
@@ -48,7 +48,8 @@ func listSQL(table string, q submissions.ListQuery) (string, []any) {
 		return "$" + strconv.Itoa(len(args)) + "::" + typ
 	}
 	var b strings.Builder
-	b.WriteString(`SELECT tenant, request_key, withdrawal_id, amount, currency, destination, claimed_at, claim_id
+	b.WriteString(`SELECT tenant, request_key, withdrawal_id, amount, currency, destination, claimed_at, claim_id,
+	abandoned_at IS NOT NULL
 FROM ` + table + `
 WHERE outcome IS NULL`)
 	if !q.ClaimedBefore.IsZero() {

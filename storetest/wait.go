@@ -197,6 +197,15 @@ func testWaitAfterTheSendFailedIsOutcomeUnknownAtOnce(t *testing.T, newStore Fac
 			})
 		}
 	}
+	if _, ok := f.store.(submissions.Lister); ok {
+		claims, err := f.s.Admin().InFlight(bg, submissions.InFlightQuery{})
+		require.NoError(t, err)
+		require.Len(t, claims, 2)
+		for _, c := range claims {
+			assert.True(t, c.Abandoned, "%s: listed as abandoned", c.Key)
+			assert.False(t, c.Sending, c.Key)
+		}
+	}
 	requireKeptClaim(t, f.s, "req-1", f.w)
 	require.NoError(t, f.elsewhere().Resolve(bg, "req-1", f.w.sent("0xfound")), "an abandoned claim is resolved as any other")
 	for name, s := range map[string]*submissions.Submissions[Withdrawal]{"here": f.s, "elsewhere": f.waitElsewhere()} {
