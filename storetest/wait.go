@@ -183,7 +183,13 @@ func testWaitAfterTheSendFailedIsOutcomeUnknownAtOnce(t *testing.T, newStore Fac
 		return newWithdrawal("w-other").sent("0xother"), nil // an answer for another withdrawal: not recorded
 	})
 	require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
-	for _, key := range []string{"req-1", "req-2"} {
+	ctx, cancel := context.WithCancel(bg)
+	_, err = f.s.Submit(ctx, "req-3", newWithdrawal("w-3"), func(ctx context.Context, _ Withdrawal) (Withdrawal, error) {
+		cancel() // the caller gave up while the send ran: it is recorded all the same
+		return Withdrawal{}, ctx.Err()
+	})
+	require.ErrorIs(t, err, submissions.ErrOutcomeUnknown)
+	for _, key := range []string{"req-1", "req-2", "req-3"} {
 		for name, s := range map[string]*submissions.Submissions[Withdrawal]{"here": f.s, "elsewhere": f.waitElsewhere(), "polling": f.elsewhere()} {
 			t.Run(key+" "+name, func(t *testing.T) {
 				ctx, cancel := context.WithTimeout(bg, time.Minute)
@@ -200,7 +206,7 @@ func testWaitAfterTheSendFailedIsOutcomeUnknownAtOnce(t *testing.T, newStore Fac
 	if _, ok := f.store.(submissions.Lister); ok {
 		claims, err := f.s.Admin().InFlight(bg, submissions.InFlightQuery{})
 		require.NoError(t, err)
-		require.Len(t, claims, 2)
+		require.Len(t, claims, 3)
 		for _, c := range claims {
 			assert.True(t, c.Abandoned, "%s: listed as abandoned", c.Key)
 			assert.False(t, c.Sending, c.Key)
