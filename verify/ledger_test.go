@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/idemledger/submissions"
@@ -56,8 +57,15 @@ func view(s *submissions.Submissions[W], way int, tenant string) *submissions.Su
 }
 
 // opaque hides a store's type, so that a ledger runs it as it runs any Store:
-// with marks of its own.
-type opaque struct{ submissions.Store[W] }
+// with marks of its own. It keeps the store's Abandoner, as pgstore has one:
+// a ledger records there that its send ended without an answer, and so its
+// Wait, and any other ledger's, returns ErrOutcomeUnknown for the claim at
+// once. (Without one, a ledger's Wait for a claim whose own send had ended
+// without an answer polls the store until its ctx ends.)
+type opaque struct {
+	submissions.Store[W]
+	submissions.Abandoner
+}
 
 // memoryLanes returns three ledgers that share one memory store: two on the
 // store itself and one through the Store interface.
@@ -66,7 +74,7 @@ func memoryLanes() []lane {
 	return []lane{
 		{submissions.NewWithStore(st, quiet), 0},
 		{submissions.NewWithStore(st, quiet), 0}, // shares the store's marks
-		{submissions.NewWithStore[W](opaque{st}, quiet), 1},
+		{submissions.NewWithStore[W](opaque{st, st.(submissions.Abandoner)}, quiet), 1},
 	}
 }
 
@@ -127,9 +135,19 @@ func submitted(out W, err error) Result {
 	return res
 }
 
+// waitLimit bounds a Wait of a sequential run, which returns at once: no
+// send of its key runs. A Wait that reaches it fails the run (its ctx's
+// error is of no class).
+const waitLimit = 2 * time.Second
+
 // single runs an operation other than Submit.
 func single(s *submissions.Submissions[W], op Op) (res Result, err error) {
 	switch op.Kind {
+	case Wait:
+		ctx, cancel := context.WithTimeout(bg, waitLimit)
+		defer cancel()
+		out, err := s.Wait(ctx, op.Key)
+		return waited(out, err), err
 	case Resolve:
 		err = s.Resolve(bg, op.Key, op.W)
 	case Release:
@@ -153,7 +171,7 @@ func single(s *submissions.Submissions[W], op Op) (res Result, err error) {
 var classes = []error{
 	submissions.ErrOutcomeNotRecorded, submissions.ErrOutcomeUnknown, submissions.ErrIdempotencyConflict,
 	submissions.ErrSubmissionInFlight, submissions.ErrStoreFailed, submissions.ErrInvalidKey, submissions.ErrInvalidFingerprint,
-	submissions.ErrInvalidTenant, submissions.ErrPruned,
+	submissions.ErrInvalidTenant, submissions.ErrPruned, submissions.ErrUnknownKey,
 }
 
 // classify says what an error means, as Model says it. An error no rule
@@ -163,16 +181,7 @@ func classify(err error) Result {
 	if err == nil {
 		return Result{}
 	}
-	n := 0
-	for _, class := range classes {
-		if errors.Is(err, class) {
-			n++
-		}
-	}
-	if ce, ok := errors.AsType[*submissions.ConflictError](err); ok && ce.Pruned {
-		n-- // a conflict with a pruned holder is ErrPruned too
-	}
-	if n != 1 {
+	if classesOf(err) != 1 {
 		return Result{Err: Unexpected}
 	}
 	var conflict *submissions.ConflictError
@@ -191,8 +200,42 @@ func classify(err error) Result {
 		return Result{Err: InvalidTenant}
 	case errors.Is(err, submissions.ErrPruned):
 		return Result{Err: Pruned}
+	case errors.Is(err, submissions.ErrUnknownKey):
+		return Result{Err: UnknownKey}
 	}
 	return Result{Err: Unexpected}
+}
+
+// classesOf counts the classes err is of.
+func classesOf(err error) int {
+	n := 0
+	for _, class := range classes {
+		if errors.Is(err, class) {
+			n++
+		}
+	}
+	if ce, ok := errors.AsType[*submissions.ConflictError](err); ok && ce.Pruned {
+		n-- // a conflict with a pruned holder is ErrPruned too
+	}
+	return n
+}
+
+// waited says what a Wait's return means: the outcome without an error, and
+// otherwise the zero W with an error as classify reads it, but that Wait's
+// ErrOutcomeUnknown carries no rail's error (the send it reports ended
+// before, and its error went to the send's caller).
+func waited(out W, err error) Result {
+	switch {
+	case err == nil:
+		return Result{Outcome: out}
+	case out != W{}:
+		return Result{Err: Unexpected}
+	case errors.Is(err, submissions.ErrOutcomeUnknown) && !errors.Is(err, errRail) && classesOf(err) == 1:
+		return Result{Err: OutcomeUnknown}
+	case errors.Is(err, submissions.ErrOutcomeUnknown):
+		return Result{Err: Unexpected}
+	}
+	return classify(err)
 }
 
 // step is one operation of a sequential run, on lanes[lane]. A Submit's
@@ -371,9 +414,49 @@ func TestClassify(t *testing.T) {
 		{"a store failure", wrap(submissions.ErrStoreFailed, errors.New("connection reset")), Result{Err: Unexpected}},
 		{"an invalid key", wrap(submissions.ErrInvalidKey), Result{Err: Unexpected}},
 		{"no class", context.DeadlineExceeded, Result{Err: Unexpected}},
+		{"an unknown key", wrap(submissions.ErrUnknownKey), Result{Err: UnknownKey}},
 	} {
 		assert.Equal(t, tc.want, classify(tc.err), tc.name)
 	}
 	assert.Equal(t, Result{Err: Unexpected}, submitted(w1, wrap(submissions.ErrSubmissionInFlight)), "a refusal that returns an outcome")
 	assert.Equal(t, Result{Err: NotRecorded, Outcome: w1}, submitted(w1, wrap(submissions.ErrOutcomeNotRecorded)))
+
+	assert.Equal(t, Result{Outcome: w1}, waited(w1, nil), "Wait's outcome")
+	assert.Equal(t, Result{Err: OutcomeUnknown}, waited(W{}, wrap(submissions.ErrOutcomeUnknown)), "Wait's outcome unknown")
+	assert.Equal(t, Result{Err: Unexpected}, waited(W{}, wrap(submissions.ErrOutcomeUnknown, errRail)), "Wait's outcome unknown with a rail's error")
+	assert.Equal(t, Result{Err: Unexpected}, waited(W{}, wrap(submissions.ErrOutcomeUnknown, submissions.ErrStoreFailed)), "Wait's outcome unknown as a store failure")
+	assert.Equal(t, Result{Err: UnknownKey}, waited(W{}, wrap(submissions.ErrUnknownKey)), "Wait's unknown key")
+	assert.Equal(t, Result{Err: Pruned}, waited(W{}, wrap(submissions.ErrPruned)), "Wait's pruned key")
+	assert.Equal(t, Result{Err: Unexpected}, waited(W{}, context.DeadlineExceeded), "Wait that reached its deadline")
+	assert.Equal(t, Result{Err: Unexpected}, waited(w1, wrap(submissions.ErrUnknownKey)), "a Wait's error with an outcome")
+}
+
+func TestWaitAfterEverySend(t *testing.T) {
+	waitAfterEverySend(t, func(*testing.T) []lane { return memoryLanes() })
+}
+
+// waitAfterEverySend runs, on the three ledgers newLanes gives, a Submit of
+// each send on each ledger, then a Wait for its key on each ledger, and again
+// after a Release of the key, and after a Resolve and a Prune.
+func waitAfterEverySend(t *testing.T, newLanes func(*testing.T) []lane) {
+	for send := SendOK; send <= SendBoth; send++ {
+		for sender := range 3 {
+			t.Run(fmt.Sprintf("%s@%d", sendNames[send], sender), func(t *testing.T) {
+				r := &runner{lanes: newLanes(t)}
+				steps := []step{{op: Op{Kind: Submit, Key: "k1", W: w1, Send: send}, lane: sender}}
+				for lane := range 3 {
+					steps = append(steps, step{op: Op{Kind: Wait, Key: "k1"}, lane: lane})
+				}
+				steps = append(steps, step{op: Op{Kind: Release, Key: "k1"}, lane: sender})
+				for lane := range 3 {
+					steps = append(steps, step{op: Op{Kind: Wait, Key: "k1"}, lane: lane})
+				}
+				steps = append(steps, step{op: Op{Kind: Resolve, Key: "k1", W: Sent(w1, "k1")}, lane: sender}, step{op: Op{Kind: Prune}})
+				for lane := range 3 {
+					steps = append(steps, step{op: Op{Kind: Wait, Key: "k1"}, lane: lane})
+				}
+				require.NoError(t, r.runAll(steps))
+			})
+		}
+	}
 }

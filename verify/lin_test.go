@@ -406,7 +406,7 @@ func describeTenant(tenant string) string {
 	return strconv.Quote(tenant)
 }
 
-var kindNames = map[Kind]string{Submit: "Submit", Resolve: "Resolve", Release: "Release", Outcome: "Outcome", ClaimedBy: "ClaimedBy", Claim: "Claim", Settle: "Settle", Prune: "Prune"}
+var kindNames = map[Kind]string{Submit: "Submit", Resolve: "Resolve", Release: "Release", Outcome: "Outcome", ClaimedBy: "ClaimedBy", Claim: "Claim", Settle: "Settle", Prune: "Prune", Wait: "Wait"}
 
 // describeOp says what op did, in short: kind@ledger(arguments) -> result.
 func describeOp(in Op, out Result) string {
@@ -475,7 +475,7 @@ var (
 		SendWrong: "wrong", SendLate: "late", SendBoth: "answer and error"}
 	errNames = map[Err]string{Conflict: "Conflict", Idempotency: "Idempotency", InFlight: "InFlight",
 		OutcomeUnknown: "OutcomeUnknown", SendPanicked: "SendPanicked", NotRecorded: "NotRecorded", InvalidTenant: "InvalidTenant",
-		Unexpected: "Unexpected"}
+		Pruned: "Pruned", UnknownKey: "UnknownKey", Unexpected: "Unexpected"}
 )
 
 // unexpected returns an operation of history that ended with an error no

@@ -47,6 +47,13 @@ const (
 	// record of every tenant becomes a tombstone, which keeps its key and
 	// its claim of the withdrawal and drops the rest.
 	Prune
+	// Wait is Submissions.Wait, in a run where no send of the key's claim
+	// runs: the outcome of a done key; OutcomeUnknown for a key in flight,
+	// whose sends have all ended without an answer; UnknownKey for a key
+	// without a claim (never claimed, or released); Pruned for a tombstone.
+	// A Wait for a claim being sent blocks until its send ends, which no
+	// sequential step does: Apply panics on one.
+	Wait
 )
 
 // Send is what the rail does when a Submit calls it.
@@ -69,7 +76,7 @@ type Op struct {
 	// Tenant is the tenant the call works in: the ledger runs it through
 	// Tenant(Tenant). Every tenant has keys and claims of its own.
 	Tenant string
-	Key    string // Submit, Resolve, Release, Outcome, Claim, Settle
+	Key    string // Submit, Resolve, Release, Outcome, Claim, Settle, Wait
 	W      W      // Submit, Claim, Settle: the request; Resolve: the outcome; ClaimedBy: W.ID
 	Send   Send   // Submit, Settle
 
@@ -99,6 +106,7 @@ const (
 	NotRecorded        // submissions.ErrOutcomeNotRecorded, with the rail's answer
 	InvalidTenant      // submissions.ErrInvalidTenant
 	Pruned             // submissions.ErrPruned: the key's record was pruned
+	UnknownKey         // submissions.ErrUnknownKey: Wait's key has no claim
 	Unexpected         // any other error, ErrStoreFailed included: no rule gives one here
 )
 
@@ -108,7 +116,7 @@ type Result struct {
 	Holder  string // Conflict: the holding key; ClaimedBy: the key
 	Tenant  string // Conflict: the tenant the error names
 	OK      bool   // Outcome, ClaimedBy
-	Outcome W      // Submit, Claim (a replay), Outcome, Settle; with NotRecorded, the rail's answer
+	Outcome W      // Submit, Claim (a replay), Outcome, Settle, Wait; with NotRecorded, the rail's answer
 	Claimed bool   // Claim: the key was claimed, and send is called next
 	Pruned  bool   // Conflict: the holder's record was pruned (the error is also ErrPruned)
 }
@@ -210,6 +218,8 @@ func (m *Model) Apply(op Op) Result {
 	case ClaimedBy:
 		key, ok := m.claims[withdrawalOf(op)]
 		return Result{OK: ok, Holder: key}
+	case Wait:
+		return m.wait(op)
 	}
 	panic("verify: unknown operation")
 }
@@ -367,6 +377,25 @@ func (m *Model) resolve(op Op) Result {
 	m.records[keyOf(op)] = entry{fp: op.W, outcome: op.W, done: true, claim: resolved}
 	m.claims[withdrawalOf(op)] = op.Key
 	return Result{}
+}
+
+// wait is a Wait that returns at once: no send of the key's claim runs.
+func (m *Model) wait(op Op) Result {
+	r, ok := m.records[keyOf(op)]
+	switch {
+	case !ok:
+		return Result{Err: UnknownKey}
+	case r.pruned:
+		return Result{Err: Pruned}
+	case r.done:
+		return Result{Outcome: r.outcome}
+	}
+	for mk := range m.marks {
+		if mk.claim == r.claim {
+			panic("verify: a Wait for a claim being sent blocks: it is no sequential step")
+		}
+	}
+	return Result{Err: OutcomeUnknown} // every send of it ended without an answer
 }
 
 func (m *Model) release(op Op) Result { // rule 14

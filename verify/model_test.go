@@ -332,3 +332,53 @@ func TestModelPrune(t *testing.T) {
 		{Err: InFlight}, {Outcome: Sent(w1, "k1")},
 	}, got)
 }
+
+func TestModelWait(t *testing.T) {
+	t.Run("an unknown key", func(t *testing.T) {
+		var m Model
+		assert.Equal(t, Result{Err: UnknownKey}, m.Apply(Op{Kind: Wait, Key: "k1"}))
+	})
+	t.Run("a done key returns its outcome, however it got it", func(t *testing.T) {
+		var m Model
+		applyAll(&m, Op{Kind: Submit, Key: "k1", W: w1}, Op{Kind: Submit, Key: "k2", W: w2, Send: SendNil},
+			Op{Kind: Submit, Key: "k3", W: W{ID: "w3", Amount: "1", Currency: "EUR", Dest: "d1"}, Send: SendFail},
+			Op{Kind: Resolve, Key: "k3", W: W{ID: "w3", Amount: "1", Currency: "EUR", Dest: "d1", TxHash: "tx-a"}})
+		assert.Equal(t, Result{Outcome: Sent(w1, "k1")}, m.Apply(Op{Kind: Wait, Key: "k1"}))
+		assert.Equal(t, Result{Outcome: w2}, m.Apply(Op{Kind: Wait, Key: "k2"}))
+		assert.Equal(t, Result{Outcome: W{ID: "w3", Amount: "1", Currency: "EUR", Dest: "d1", TxHash: "tx-a"}},
+			m.Apply(Op{Kind: Wait, Key: "k3"}), "resolved after its send failed")
+	})
+	for _, send := range []Send{SendFail, SendPanic, SendWrong, SendLate, SendBoth} {
+		t.Run("a key whose send ended without an answer: "+sendNames[send], func(t *testing.T) {
+			var m Model
+			m.Apply(Op{Kind: Submit, Key: "k1", W: w1, Send: send})
+			before := m.Clone()
+			assert.Equal(t, Result{Err: OutcomeUnknown}, m.Apply(Op{Kind: Wait, Key: "k1"}))
+			assert.Equal(t, Result{Err: OutcomeUnknown}, m.Apply(Op{Kind: Wait, Key: "k1", Ledger: 1}), "on any ledger")
+			assert.True(t, before.Equal(&m), "Wait changes nothing")
+		})
+	}
+	t.Run("a released key is unknown", func(t *testing.T) {
+		var m Model
+		applyAll(&m, Op{Kind: Submit, Key: "k1", W: w1, Send: SendFail}, Op{Kind: Release, Key: "k1"})
+		assert.Equal(t, Result{Err: UnknownKey}, m.Apply(Op{Kind: Wait, Key: "k1"}))
+	})
+	t.Run("a pruned key", func(t *testing.T) {
+		var m Model
+		applyAll(&m, Op{Kind: Submit, Key: "k1", W: w1}, Op{Kind: Prune})
+		assert.Equal(t, Result{Err: Pruned}, m.Apply(Op{Kind: Wait, Key: "k1"}))
+	})
+	t.Run("tenants", func(t *testing.T) {
+		var m Model
+		m.Apply(Op{Kind: Submit, Key: "k1", W: w1})
+		assert.Equal(t, Result{Err: UnknownKey}, m.Apply(Op{Kind: Wait, Tenant: "t1", Key: "k1"}), "a key of another tenant")
+		assert.Equal(t, Result{Err: InvalidTenant}, m.Apply(Op{Kind: Wait, Tenant: "t1\x00", Key: "k1"}))
+	})
+	t.Run("a claim being sent is no sequential step", func(t *testing.T) {
+		var m Model
+		m.Apply(Op{Kind: Claim, Key: "k1", W: w1, ClaimID: 1})
+		assert.Panics(t, func() { m.Apply(Op{Kind: Wait, Key: "k1"}) })
+		m.Apply(Op{Kind: Settle, Key: "k1", W: w1, ClaimID: 1, Send: SendFail})
+		assert.Equal(t, Result{Err: OutcomeUnknown}, m.Apply(Op{Kind: Wait, Key: "k1"}), "once the send ended")
+	})
+}

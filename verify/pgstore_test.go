@@ -51,3 +51,14 @@ func TestPostgresLedgersFollowTheModel(t *testing.T) {
 		return postgresLanes(rt, pool, table) // stores that know nothing of the last run
 	})
 }
+
+func TestPostgresWaitAfterEverySend(t *testing.T) {
+	pool := testPool(t)
+	table := testTable(t, pool, "wait")
+	postgresLanes(t, pool, table) // migrates the table once
+	waitAfterEverySend(t, func(t *testing.T) []lane {
+		_, err := pool.Exec(bg, "TRUNCATE "+table)
+		require.NoError(t, err)
+		return postgresLanes(t, pool, table)
+	})
+}

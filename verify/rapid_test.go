@@ -56,8 +56,8 @@ func drawStep(t *rapid.T, lanes int, tenant, key string, depth int) step {
 	if outer || rapid.Bool().Draw(t, "other tenant") {
 		tenant = drawTenant(t)
 	}
-	kinds := []Kind{Submit, Resolve, Release, Outcome, ClaimedBy, Prune}
-	if depth == 0 { // in a rail: mostly what can change the claim being sent
+	kinds := []Kind{Submit, Resolve, Release, Outcome, ClaimedBy, Prune, Wait}
+	if depth == 0 { // in a rail: mostly what can change the claim being sent; no Wait, which would wait for it
 		kinds = []Kind{Submit, Submit, Resolve, Release, Release, Release, Outcome, Prune}
 	}
 	st := step{
