@@ -146,6 +146,7 @@ func TestEventKindNames(t *testing.T) {
 		submissions.EventReleased:       "released",
 		submissions.EventPruned:         "pruned",
 		0:                               "unknown event",
+		submissions.EventPruned + 1:     "unknown event",
 		255:                             "unknown event",
 	} {
 		assert.Equal(t, want, k.String())
