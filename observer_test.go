@@ -71,6 +71,7 @@ func TestObserverSeesEveryDecision(t *testing.T) {
 				assert.NoError(t, e.Err)
 			}
 			assert.GreaterOrEqual(t, seen[1].Duration, time.Millisecond, "the send's duration")
+			assert.Less(t, seen[1].Duration, time.Minute, "the send's duration, timed from its start")
 
 			_, err = s.Submit(bg, "req-1", w, slow)
 			require.NoError(t, err)
