@@ -157,14 +157,7 @@ func (a *Admin[R]) ResolveClaim(ctx context.Context, c Claim, outcome R) error {
 			return claimChanged(key)
 		}
 	}
-	same, err := sameOutcome(rec.Outcome, outcome)
-	switch {
-	case err != nil:
-		return fmt.Errorf("%w: request key %s: the outcomes cannot be compared: %w", ErrIdempotencyConflict, key, err)
-	case !same:
-		return hasOutcome(key, "another outcome")
-	}
-	return nil
+	return sameAsRecorded(key, rec.Outcome, outcome)
 }
 
 // ReleaseClaim drops the claim c, a claim listed by InFlight, as Release

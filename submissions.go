@@ -358,14 +358,7 @@ func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) err
 			return fmt.Errorf("%w: request key %s was released while it was resolved", ErrSubmissionInFlight, key)
 		}
 	}
-	same, err := sameOutcome(rec.Outcome, outcome)
-	switch {
-	case err != nil:
-		return fmt.Errorf("%w: request key %s: the outcomes cannot be compared: %w", ErrIdempotencyConflict, key, err)
-	case !same:
-		return hasOutcome(key, "another outcome")
-	}
-	return nil
+	return sameAsRecorded(key, rec.Outcome, outcome)
 }
 
 // Release drops a key whose send ended without an outcome: "I looked at the
@@ -374,8 +367,8 @@ func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) err
 // when the key has an outcome; ErrSubmissionInFlight while this ledger is
 // running the key's send; ErrPruned when the key's record was pruned; ctx's
 // error when ctx ends while it waits for this ledger's claim of the key to
-// come back from the store; ErrStoreFailed when
-// the store fails (the release may or may not stand: Release again to know).
+// come back from the store; ErrStoreFailed when the store fails (the release
+// may or may not stand: Release again to know).
 func (s *Submissions[R]) Release(ctx context.Context, key string) error {
 	if s.tenantErr != nil {
 		return s.tenantErr
@@ -450,4 +443,18 @@ func (s *Submissions[R]) ClaimedBy(ctx context.Context, withdrawalID string) (ke
 		return "", false, fmt.Errorf("%w: withdrawal %s: %w", ErrStoreFailed, withdrawalID, err)
 	}
 	return key, ok, nil
+}
+
+// sameAsRecorded returns nil when outcome is the same as recorded, key's
+// outcome, and otherwise the ErrIdempotencyConflict of a Resolve that
+// contradicts it.
+func sameAsRecorded[R Fingerprinter](key string, recorded, outcome R) error {
+	same, err := sameOutcome(recorded, outcome)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: request key %s: the outcomes cannot be compared: %w", ErrIdempotencyConflict, key, err)
+	case !same:
+		return hasOutcome(key, "another outcome")
+	}
+	return nil
 }
