@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/admin"
+	"github.com/idemledger/submissions/driver"
 )
 
 // The rules of Admin are storetest's; these are its bounds, which are the
@@ -22,7 +24,7 @@ func listingLedgers() map[string]*submissions.Submissions[withdrawal] {
 	st := submissions.NewMemoryStore[withdrawal]()
 	return map[string]*submissions.Submissions[withdrawal]{
 		"memory":               submissions.New[withdrawal](quiet),
-		"behind the interface": submissions.NewWithStore[withdrawal](opaque{st, st.(submissions.Lister), st.(submissions.Pruner), st.(submissions.Abandoner)}, quiet),
+		"behind the interface": submissions.NewWithStore[withdrawal](opaque{st, st.(driver.Lister), st.(driver.Pruner), st.(driver.Abandoner)}, quiet),
 	}
 }
 
@@ -41,11 +43,11 @@ func strandAll(t *testing.T, s *submissions.Submissions[withdrawal], n int) {
 func TestInFlightPageSizes(t *testing.T) {
 	for name, s := range listingLedgers() {
 		t.Run(name, func(t *testing.T) {
-			strandAll(t, s, submissions.MaxListLimit+1)
+			strandAll(t, s, admin.MaxListLimit+1)
 			a := s.Admin()
-			for limit, want := range map[int]int{0: submissions.DefaultListLimit, -1: submissions.DefaultListLimit, 1: 1,
-				submissions.MaxListLimit: submissions.MaxListLimit, submissions.MaxListLimit + 1: submissions.MaxListLimit} {
-				claims, err := a.InFlight(bg, submissions.InFlightQuery{Limit: limit})
+			for limit, want := range map[int]int{0: admin.DefaultListLimit, -1: admin.DefaultListLimit, 1: 1,
+				admin.MaxListLimit: admin.MaxListLimit, admin.MaxListLimit + 1: admin.MaxListLimit} {
+				claims, err := a.InFlight(bg, admin.InFlightQuery{Limit: limit})
 				require.NoError(t, err)
 				assert.Len(t, claims, want, "Limit %d", limit)
 			}
@@ -58,20 +60,20 @@ func TestInFlightPageSizes(t *testing.T) {
 func TestReconcileWalksEveryPage(t *testing.T) {
 	for name, s := range listingLedgers() {
 		t.Run(name, func(t *testing.T) {
-			const n = 2*submissions.DefaultListLimit + 7
+			const n = 2*admin.DefaultListLimit + 7
 			strandAll(t, s, n)
-			want, err := s.Admin().InFlight(bg, submissions.InFlightQuery{Limit: submissions.MaxListLimit})
+			want, err := s.Admin().InFlight(bg, admin.InFlightQuery{Limit: admin.MaxListLimit})
 			require.NoError(t, err)
 			require.Len(t, want, n)
-			var checked []submissions.Claim
-			rep, err := s.Admin().Reconcile(bg, 0, func(_ context.Context, c submissions.Claim) (submissions.Finding[withdrawal], error) {
+			var checked []admin.Claim
+			rep, err := s.Admin().Reconcile(bg, 0, func(_ context.Context, c admin.Claim) (admin.Finding[withdrawal], error) {
 				checked = append(checked, c)
-				return submissions.Finding[withdrawal]{Verdict: submissions.VerdictNotSent}, nil
+				return admin.Finding[withdrawal]{Verdict: admin.VerdictNotSent}, nil
 			})
 			require.NoError(t, err)
 			assert.Equal(t, want, checked, "every claim checked once, oldest first")
 			assert.Equal(t, want, rep.Released)
-			left, err := s.Admin().InFlight(bg, submissions.InFlightQuery{})
+			left, err := s.Admin().InFlight(bg, admin.InFlightQuery{})
 			require.NoError(t, err)
 			assert.Empty(t, left)
 		})
@@ -88,15 +90,15 @@ func TestReconcileRefusesANilCheck(t *testing.T) {
 func TestAdminCallsWithAContextDone(t *testing.T) {
 	s := submissions.New[withdrawal](quiet)
 	strandAll(t, s, 1)
-	claims, err := s.Admin().InFlight(bg, submissions.InFlightQuery{})
+	claims, err := s.Admin().InFlight(bg, admin.InFlightQuery{})
 	require.NoError(t, err)
 	require.Len(t, claims, 1)
 	ctx, cancel := context.WithCancel(bg)
 	cancel()
 	a := s.Admin()
-	_, err = a.InFlight(ctx, submissions.InFlightQuery{})
+	_, err = a.InFlight(ctx, admin.InFlightQuery{})
 	assert.ErrorIs(t, err, context.Canceled)
-	_, err = a.Reconcile(ctx, 0, func(context.Context, submissions.Claim) (submissions.Finding[withdrawal], error) {
+	_, err = a.Reconcile(ctx, 0, func(context.Context, admin.Claim) (admin.Finding[withdrawal], error) {
 		panic("checked")
 	})
 	assert.ErrorIs(t, err, context.Canceled)
@@ -114,17 +116,17 @@ func TestReconcileCheckFailsAsItsContextEnds(t *testing.T) {
 	strandAll(t, s, 2)
 	ctx, cancel := context.WithCancel(bg)
 	defer cancel()
-	rep, err := s.Admin().Reconcile(ctx, 0, func(ctx context.Context, _ submissions.Claim) (submissions.Finding[withdrawal], error) {
+	rep, err := s.Admin().Reconcile(ctx, 0, func(ctx context.Context, _ admin.Claim) (admin.Finding[withdrawal], error) {
 		cancel()
-		return submissions.Finding[withdrawal]{}, ctx.Err()
+		return admin.Finding[withdrawal]{}, ctx.Err()
 	})
 	require.ErrorIs(t, err, context.Canceled)
-	assert.Equal(t, submissions.ReconcileReport{}, rep)
+	assert.Equal(t, admin.ReconcileReport{}, rep)
 }
 
 func TestVerdictNames(t *testing.T) {
-	for v, want := range map[submissions.Verdict]string{
-		submissions.VerdictUnknown: "unknown", submissions.VerdictSent: "sent", submissions.VerdictNotSent: "not sent", 9: "Verdict(9)",
+	for v, want := range map[admin.Verdict]string{
+		admin.VerdictUnknown: "unknown", admin.VerdictSent: "sent", admin.VerdictNotSent: "not sent", 9: "Verdict(9)",
 	} {
 		assert.Equal(t, want, v.String())
 	}
@@ -132,7 +134,7 @@ func TestVerdictNames(t *testing.T) {
 
 func TestClaimErrorNamesTheKey(t *testing.T) {
 	cause := errors.New("rail unreachable")
-	err := error(submissions.ClaimError{Claim: submissions.Claim{Key: "req-1"}, Err: cause})
+	err := error(admin.ClaimError{Claim: admin.Claim{Key: "req-1"}, Err: cause})
 	assert.EqualError(t, err, "request key req-1: rail unreachable")
 	assert.ErrorIs(t, err, cause)
 }
@@ -144,7 +146,7 @@ func TestInFlightClaimTimes(t *testing.T) {
 	before := time.Now()
 	strandAll(t, s, 1)
 	after := time.Now()
-	claims, err := s.Admin().InFlight(bg, submissions.InFlightQuery{})
+	claims, err := s.Admin().InFlight(bg, admin.InFlightQuery{})
 	require.NoError(t, err)
 	require.Len(t, claims, 1)
 	assert.False(t, claims[0].ClaimedAt.Before(before.Round(0)), "claimed at %v, before %v", claims[0].ClaimedAt, before)

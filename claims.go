@@ -1,6 +1,9 @@
 package submissions
 
-// claims maps a withdrawal id to the request key that claimed it. It is the
+import "context"
+
+// claims maps a withdrawal id to the request key that claimed it, in one
+// tenant of the memory store. It is the
 // index that makes a withdrawal exclusive: the records of the memory store
 // make a key idempotent, claims refuses a second key for the same money.
 //
@@ -32,4 +35,15 @@ func (c claims) release(withdrawalID, key string) {
 	if c[withdrawalID] == key {
 		delete(c, withdrawalID)
 	}
+}
+
+// ClaimedBy returns the request key that holds withdrawalID's claim, with ok
+// false when no key holds it. A pruned key holds its withdrawal for ever.
+// The id is matched exactly; an id that no valid fingerprint can carry is
+// held by no key.
+func (s *Submissions[R]) ClaimedBy(ctx context.Context, withdrawalID string) (key string, ok bool, err error) {
+	if s.tenantErr != nil {
+		return "", false, s.tenantErr
+	}
+	return s.ledger().ClaimedBy(ctx, s.tenant, withdrawalID)
 }

@@ -6,23 +6,27 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/idemledger/submissions/driver"
+	"github.com/idemledger/submissions/internal/engine"
 )
 
 // memStore is the embedded default Store: per tenant, request key -> claim
-// and withdrawal id -> key, all behind one mutex. It is a backend itself: each
-// claim carries the mark of a send running under it, set and checked in the
-// same step as every change, so a ledger on it needs no guard.
-type memStore[R Fingerprinter] struct {
+// and withdrawal id -> key, all behind one mutex. It is a driver.Tracker:
+// each claim carries the mark of a send running under it, set and checked in
+// the same step as every change; and a driver.Replayer, a Waiter, a Lister,
+// a Pruner and an Abandoner.
+type memStore[R any] struct {
 	mu      sync.Mutex                  // protects everything below, every space and every entry
 	def     space[R]                    // the default tenant's
 	tenants map[string]*space[R]        // every other tenant's, made by its first claim
-	tokens  Token                       // the last token given
+	tokens  driver.Token                // the last token given
 	settled []*entry[R]                 // the done claims not pruned yet, in the order they were done
-	waiting map[*entry[R]]chan struct{} // claims being sent that a wait waits for: each closed when its send ends, or the claim closes
+	waiting map[*entry[R]]chan struct{} // claims in flight that a wait waits for: each closed when the claim changes
 }
 
 // space is one tenant's keys and claims in the memory store.
-type space[R Fingerprinter] struct {
+type space[R any] struct {
 	store  *memStore[R]
 	tenant string
 	keys   map[string]*entry[R] // request key -> its claim
@@ -34,28 +38,24 @@ type space[R Fingerprinter] struct {
 // claim of the withdrawal.
 type tombstone struct {
 	withdrawalID string
-	token        Token
+	token        driver.Token
 }
 
-// record returns the tombstone as a Record.
-func tombRecord[R Fingerprinter](t tombstone) Record[R] {
-	return Record[R]{Fingerprint: Fingerprint{WithdrawalID: t.withdrawalID}, Done: true, Token: t.token, Pruned: true}
+// tombRecord returns the tombstone t as a Record.
+func tombRecord[R any](t tombstone) driver.Record[R] {
+	return driver.Record[R]{Fingerprint: Fingerprint{WithdrawalID: t.withdrawalID}, Done: true, Token: t.token, Pruned: true}
 }
 
-// entry is one claim in the memory store, and its own sending. Its fields
-// are a Record's, laid out to fit a smaller allocation: a fresh submit makes
-// one.
-type entry[R Fingerprinter] struct {
-	space *space[R]
-	key   string
-	// fp is the claim's fingerprint with its Amount and Currency as the
-	// claiming request spelled them, for replay; record() returns it
-	// canonical. An amount that starts with a point is kept canonical, as its
-	// canonical form is a new string.
-	fp       Fingerprint
-	outcome  R     // never changes once done
-	token    Token // never changes
-	at       int64 // when claimed, and once done when done, in nanoseconds since the Unix epoch
+// entry is one claim in the memory store, and its own driver.Send. Its
+// fields are a Record's, laid out to fit a smaller allocation: a fresh submit
+// makes one.
+type entry[R any] struct {
+	space    *space[R]
+	key      string
+	fp       Fingerprint  // canonical
+	outcome  R            // never changes once done
+	token    driver.Token // never changes
+	at       int64        // when claimed, and once done when done, in nanoseconds since the Unix epoch
 	done     bool
 	sending  bool // a ledger is running the claim's send
 	released bool // released: no longer in the store
@@ -65,23 +65,16 @@ type entry[R Fingerprinter] struct {
 }
 
 // NewMemoryStore returns an empty Store that keeps its state in memory, the
-// one New uses. Its guarantees hold within one process. It is a Lister, a
-// Pruner and an Abandoner.
-func NewMemoryStore[R Fingerprinter]() Store[R] {
+// one New uses. Its guarantees hold within one process. Every ledger on it
+// knows the sends of every other (it is a driver.Tracker), and it has every
+// other optional ability of package driver.
+func NewMemoryStore[R Fingerprinter]() driver.Store[R] {
 	return &memStore[R]{}
 }
 
-// record returns e as a Record, its amount and currency in canonical form.
-// The caller holds the lock.
-func (e *entry[R]) record() Record[R] {
-	fp := e.fp
-	if amount, ok := canonicalAmount(fp.Amount); ok {
-		fp.Amount = amount
-	}
-	if currency, ok := canonicalCurrency(fp.Currency); ok {
-		fp.Currency = currency
-	}
-	return Record[R]{Fingerprint: fp, Outcome: e.outcome, Done: e.done, Token: e.token, Abandoned: e.abandoned && !e.done}
+// record returns e as a Record. The caller holds the lock.
+func (e *entry[R]) record() driver.Record[R] {
+	return driver.Record[R]{Fingerprint: e.fp, Outcome: e.outcome, Done: e.done, Token: e.token, Abandoned: e.abandoned && !e.done}
 }
 
 // space returns tenant's space, or nil if the tenant has never claimed a
@@ -103,73 +96,56 @@ func (m *memStore[R]) find(tenant, key string) (*entry[R], bool) {
 	return e, ok
 }
 
-// tomb returns tenant's tombstone of key, if any. The caller holds m.mu.
-func (m *memStore[R]) tomb(tenant, key string) (tombstone, bool) {
+// lookup returns tenant's record of key, a tombstone's included, with the
+// claim's entry when it has one. The caller holds m.mu.
+func (m *memStore[R]) lookup(tenant, key string) (*entry[R], driver.Record[R], bool) {
 	sp := m.space(tenant)
 	if sp == nil {
-		return tombstone{}, false
+		return nil, driver.Record[R]{}, false
 	}
-	t, ok := sp.pruned[key]
-	return t, ok
+	if e, ok := sp.keys[key]; ok {
+		return e, e.record(), true
+	}
+	if t, ok := sp.pruned[key]; ok {
+		return nil, tombRecord[R](t), true
+	}
+	return nil, driver.Record[R]{}, false
 }
 
-// Claim implements Store.
-func (m *memStore[R]) Claim(_ context.Context, tenant, key string, fp Fingerprint, outcome *R) (Record[R], bool, error) {
+// Claim implements driver.Store.
+func (m *memStore[R]) Claim(_ context.Context, tenant, key string, fp Fingerprint, outcome *R) (driver.Record[R], bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if e, ok := m.find(tenant, key); ok {
-		return e.record(), false, nil
+	if _, rec, ok := m.lookup(tenant, key); ok {
+		return rec, false, nil
 	}
-	if t, ok := m.tomb(tenant, key); ok {
-		return tombRecord[R](t), false, nil
-	}
-	e, err := m.claim(tenant, key, &fp, fp.Amount, fp.Currency, outcome)
+	e, err := m.claim(tenant, key, &fp, outcome)
 	if err != nil {
-		return Record[R]{}, false, err
+		return driver.Record[R]{}, false, err
 	}
 	return e.record(), true, nil
 }
 
-// replay returns tenant's outcome of key if key is done and was claimed for
-// a request whose fingerprint, as given, was *given: a retry repeated byte
-// for byte, which is valid and the same withdrawal without another look. The
-// outcome never changes. It is the ledger's fast path in memory: a false
-// answer says nothing, and the ledger goes on to claimToSend.
-func (m *memStore[R]) replay(tenant, key string, given *Fingerprint) (*R, bool) {
+// ClaimSend implements driver.Tracker: Claim, with the new claim marked as
+// being sent in the same step.
+func (m *memStore[R]) ClaimSend(_ context.Context, tenant, key string, fp Fingerprint) (driver.Record[R], driver.Send[R], error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	e, ok := m.find(tenant, key)
-	if !ok || !e.done || e.fp != *given {
-		return nil, false
+	if _, rec, ok := m.lookup(tenant, key); ok {
+		return rec, nil, nil
 	}
-	return &e.outcome, true
-}
-
-func (m *memStore[R]) claimToSend(_ context.Context, tenant, key string, fp Fingerprint, amount, currency string) (*Fingerprint, *R, sending[R], error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if e, ok := m.find(tenant, key); ok {
-		if e.done {
-			return &e.fp, &e.outcome, nil, nil
-		}
-		return &e.fp, nil, nil, nil
-	}
-	if _, ok := m.tomb(tenant, key); ok {
-		return nil, nil, nil, errTombstone
-	}
-	e, err := m.claim(tenant, key, &fp, amount, currency, nil)
+	e, err := m.claim(tenant, key, &fp, nil)
 	if err != nil {
-		return nil, nil, nil, err
+		return driver.Record[R]{}, nil, err
 	}
 	e.sending = true
-	return nil, nil, e, nil
+	return e.record(), e, nil
 }
 
-// claim makes tenant's claim of key for fp, whose amount and currency the
-// request spelled as amount and currency, under a new token, and claims its
+// claim makes tenant's claim of key for fp under a new token, and claims its
 // withdrawal; or it returns a *ConflictError. The caller holds m.mu and has
-// found no claim of key.
-func (m *memStore[R]) claim(tenant, key string, fp *Fingerprint, amount, currency string, outcome *R) (*entry[R], error) {
+// found no record of key.
+func (m *memStore[R]) claim(tenant, key string, fp *Fingerprint, outcome *R) (*entry[R], error) {
 	sp := m.space(tenant)
 	if sp == nil {
 		if m.tenants == nil {
@@ -189,10 +165,6 @@ func (m *memStore[R]) claim(tenant, key string, fp *Fingerprint, amount, currenc
 	}
 	m.tokens++
 	e := &entry[R]{space: sp, key: key, fp: *fp, token: m.tokens, at: time.Now().UnixNano()}
-	if amount[0] != '.' {
-		e.fp.Amount = amount
-	}
-	e.fp.Currency = currency
 	if outcome != nil {
 		e.outcome, e.done = *outcome, true
 		m.settled = append(m.settled, e)
@@ -201,8 +173,22 @@ func (m *memStore[R]) claim(tenant, key string, fp *Fingerprint, amount, currenc
 	return e, nil
 }
 
-// Settle implements Store.
-func (m *memStore[R]) Settle(_ context.Context, tenant, key string, token Token, outcome R) (Record[R], bool, error) {
+// Replay implements driver.Replayer: the outcome of tenant's key, held as
+// given and done, when fp as given is its withdrawal and valid. Keys are
+// held trimmed and valid, so a key found as given is one.
+func (m *memStore[R]) Replay(tenant, key string, fp Fingerprint) (R, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.find(tenant, key)
+	if !ok || !e.done || len(fp.Amount) > driver.MaxAmountLen || engine.Differing(&e.fp, &fp) != 0 {
+		var zero R
+		return zero, false
+	}
+	return e.outcome, true
+}
+
+// Settle implements driver.Store.
+func (m *memStore[R]) Settle(_ context.Context, tenant, key string, token driver.Token, outcome R) (driver.Record[R], bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e, ok := m.find(tenant, key)
@@ -213,20 +199,21 @@ func (m *memStore[R]) Settle(_ context.Context, tenant, key string, token Token,
 	return e.record(), settled, nil
 }
 
-func (e *entry[R]) settle(_ context.Context, outcome R) (*R, bool, error) {
-	e.space.store.mu.Lock()
-	defer e.space.store.mu.Unlock()
+// Settle implements driver.Send: Store.Settle of e, which ends its send.
+func (e *entry[R]) Settle(_ context.Context, outcome R) (driver.Record[R], bool, error) {
+	m := e.space.store
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	e.sending = false
 	e.wake()
 	switch {
 	case e.released:
-		return nil, false, nil
+		return driver.Record[R]{}, false, nil
 	case e.pruned:
-		return nil, false, errTombstone
-	case !e.settleOnce(outcome): // resolved meanwhile: never changes again
-		return &e.outcome, false, nil
+		return tombRecord[R](tombstone{e.fp.WithdrawalID, e.token}), false, nil
 	}
-	return nil, true, nil
+	settled := e.settleOnce(outcome)
+	return e.record(), settled, nil
 }
 
 // settleOnce records outcome on e unless e has one, and reports whether it
@@ -244,19 +231,25 @@ func (e *entry[R]) settleOnce(outcome R) bool {
 
 // tombOf returns tenant's tombstone of key as a Record if it is of the
 // claim token, and otherwise the zero Record. The caller holds the lock.
-func (m *memStore[R]) tombOf(tenant, key string, token Token) Record[R] {
-	if t, ok := m.tomb(tenant, key); ok && t.token == token {
-		return tombRecord[R](t)
+func (m *memStore[R]) tombOf(tenant, key string, token driver.Token) driver.Record[R] {
+	if sp := m.space(tenant); sp != nil {
+		if t, ok := sp.pruned[key]; ok && t.token == token {
+			return tombRecord[R](t)
+		}
 	}
-	return Record[R]{}
+	return driver.Record[R]{}
 }
 
-func (e *entry[R]) abandon(context.Context) {
-	e.space.store.mu.Lock()
-	defer e.space.store.mu.Unlock()
+// Abandon implements driver.Send: e's send ends, and e, if in flight, is
+// abandoned.
+func (e *entry[R]) Abandon(context.Context) error {
+	m := e.space.store
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	e.sending = false
 	e.abandoned = true
 	e.wake()
+	return nil
 }
 
 // wake ends the waits for e, if there are any. The caller holds the lock.
@@ -271,32 +264,9 @@ func (e *entry[R]) wake() {
 	}
 }
 
-// waitKey waits for tenant's claim of key: its outcome once it has one;
-// errNoOutcome when no send of it is running, or its send ends without an
-// outcome; errNotClaimed for an unknown key, errReleased for one released
-// while it waited; ctx's error when ctx ends first.
-func (m *memStore[R]) waitKey(ctx context.Context, tenant, key string) (R, error) {
-	var zero R
-	m.mu.Lock()
-	e, ok := m.find(tenant, key)
-	switch {
-	case !ok:
-		_, pruned := m.tomb(tenant, key)
-		m.mu.Unlock()
-		if pruned {
-			return zero, errWaitPruned
-		}
-		return zero, errNotClaimed
-	case e.pruned:
-		m.mu.Unlock()
-		return zero, errWaitPruned
-	case e.done:
-		m.mu.Unlock()
-		return e.outcome, nil
-	case !e.sending:
-		m.mu.Unlock()
-		return zero, errNoOutcome
-	}
+// changed returns the channel closed when e next changes. The caller holds
+// the lock.
+func (m *memStore[R]) changed(e *entry[R]) <-chan struct{} {
 	ch, ok := m.waiting[e]
 	if !ok {
 		if m.waiting == nil {
@@ -305,68 +275,47 @@ func (m *memStore[R]) waitKey(ctx context.Context, tenant, key string) (R, error
 		ch = make(chan struct{})
 		m.waiting[e] = ch
 	}
-	m.mu.Unlock()
-	select {
-	case <-ch:
-	case <-ctx.Done():
-		return zero, ctx.Err()
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	switch {
-	case e.pruned:
-		return zero, errWaitPruned
-	case e.done:
-		return e.outcome, nil
-	case e.released:
-		return zero, errReleased
-	}
-	return zero, errNoOutcome
+	return ch
 }
 
-// Release implements Store.
-func (m *memStore[R]) Release(_ context.Context, tenant, key string, token Token) (Record[R], bool, error) {
+// Sending implements driver.Tracker.
+func (m *memStore[R]) Sending(_ context.Context, tenant, key string, token driver.Token) (<-chan struct{}, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.find(tenant, key)
+	if !ok || e.token != token || !e.sending {
+		return nil, nil
+	}
+	return m.changed(e), nil
+}
+
+// WaitClaim implements driver.Waiter.
+func (m *memStore[R]) WaitClaim(ctx context.Context, tenant, key string, token driver.Token) (driver.Record[R], bool, error) {
+	for {
+		m.mu.Lock()
+		e, rec, ok := m.lookup(tenant, key)
+		if e == nil || rec.Token != token || rec.Done || rec.Abandoned {
+			m.mu.Unlock()
+			return rec, ok, nil
+		}
+		ch := m.changed(e)
+		m.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return driver.Record[R]{}, false, ctx.Err()
+		}
+	}
+}
+
+// Release implements driver.Store.
+func (m *memStore[R]) Release(_ context.Context, tenant, key string, token driver.Token) (driver.Record[R], bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e, ok := m.find(tenant, key)
 	if !ok || e.token != token {
 		return m.tombOf(tenant, key, token), false, nil
 	}
-	return e.release(key)
-}
-
-func (m *memStore[R]) releaseIdle(_ context.Context, tenant, key string) (Record[R], bool, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e, ok := m.find(tenant, key)
-	switch {
-	case !ok:
-		if t, ok := m.tomb(tenant, key); ok {
-			return tombRecord[R](t), false, nil
-		}
-		return Record[R]{}, false, nil
-	case e.sending && !e.done:
-		return e.record(), false, errSending
-	}
-	return e.release(key)
-}
-
-func (m *memStore[R]) releaseClaim(_ context.Context, tenant, key string, token Token) (Record[R], bool, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e, ok := m.find(tenant, key)
-	switch {
-	case !ok || e.token != token:
-		return m.tombOf(tenant, key, token), false, nil
-	case e.sending && !e.done:
-		return Record[R]{}, false, errSending
-	}
-	return e.release(key)
-}
-
-// release deletes e, key's claim, with its withdrawal's claim, unless e has
-// an outcome. The caller holds the lock.
-func (e *entry[R]) release(key string) (Record[R], bool, error) {
 	if e.done {
 		return e.record(), false, nil
 	}
@@ -377,10 +326,9 @@ func (e *entry[R]) release(key string) (Record[R], bool, error) {
 	return e.record(), true, nil
 }
 
-// Abandon implements Abandoner, for a ledger that runs the memory store
-// through the Store interface: the sends of a ledger on the memory store
-// itself are known to it without one.
-func (m *memStore[R]) Abandon(_ context.Context, tenant, key string, token Token) error {
+// Abandon implements driver.Abandoner, for a ledger that runs the memory
+// store through another Store that wraps it.
+func (m *memStore[R]) Abandon(_ context.Context, tenant, key string, token driver.Token) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if e, ok := m.find(tenant, key); ok && e.token == token && !e.done {
@@ -390,20 +338,15 @@ func (m *memStore[R]) Abandon(_ context.Context, tenant, key string, token Token
 	return nil
 }
 
-// Lookup implements Store.
-func (m *memStore[R]) Lookup(_ context.Context, tenant, key string) (Record[R], bool, error) {
+// Lookup implements driver.Store.
+func (m *memStore[R]) Lookup(_ context.Context, tenant, key string) (driver.Record[R], bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if e, ok := m.find(tenant, key); ok {
-		return e.record(), true, nil
-	}
-	if t, ok := m.tomb(tenant, key); ok {
-		return tombRecord[R](t), true, nil
-	}
-	return Record[R]{}, false, nil
+	_, rec, ok := m.lookup(tenant, key)
+	return rec, ok, nil
 }
 
-// ClaimedBy implements Store.
+// ClaimedBy implements driver.Store.
 func (m *memStore[R]) ClaimedBy(_ context.Context, tenant, withdrawalID string) (string, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -415,11 +358,10 @@ func (m *memStore[R]) ClaimedBy(_ context.Context, tenant, withdrawalID string) 
 	return key, ok, nil
 }
 
-// ListInFlight implements Lister. It looks at every claim of the tenants
-// selected, under the store's lock, and sorts those it selects: a cost in
-// proportion to the keys held, which is fine in memory. Sending is true for a
-// claim whose send a ledger on this store is running.
-func (m *memStore[R]) ListInFlight(_ context.Context, q ListQuery) ([]Claim, error) {
+// ListInFlight implements driver.Lister. It looks at every claim of the
+// tenants selected, under the store's lock, and sorts those it selects: a
+// cost in proportion to the keys held, which is fine in memory.
+func (m *memStore[R]) ListInFlight(_ context.Context, q driver.ListQuery) ([]driver.InFlight, error) {
 	type found struct {
 		tenant, key string
 		e           *entry[R]
@@ -468,26 +410,22 @@ func (m *memStore[R]) ListInFlight(_ context.Context, q ListQuery) ([]Claim, err
 		return order(a.e.at, a.tenant, a.key, b.e.at, b.tenant, b.key)
 	})
 	all = all[:min(len(all), max(q.Limit, 0))]
-	claims := make([]Claim, len(all))
+	claims := make([]driver.InFlight, len(all))
 	for i, f := range all {
-		claims[i] = Claim{Tenant: f.tenant, Key: f.key, Fingerprint: f.e.record().Fingerprint,
-			ClaimedAt: time.Unix(0, f.e.at), Token: f.e.token, Sending: f.e.sending, Abandoned: f.e.abandoned}
+		claims[i] = driver.InFlight{Tenant: f.tenant, Key: f.key, Fingerprint: f.e.fp,
+			ClaimedAt: time.Unix(0, f.e.at), Token: f.e.token, Abandoned: f.e.abandoned}
 	}
 	return claims, nil
 }
 
-func (m *memStore[R]) listInFlight(ctx context.Context, q ListQuery) ([]Claim, error) {
-	return m.ListInFlight(ctx, q)
-}
-
-// Prune implements Pruner. The done claims are kept in the order they were
-// done, so a Prune looks at the claims it prunes and one more, under the
+// Prune implements driver.Pruner. The done claims are kept in the order they
+// were done, so a Prune looks at the claims it prunes and one more, under the
 // store's lock: its cost is in proportion to limit, whatever the store holds.
 // A claim's time is when it was done by the wall clock; should the clock
 // step back, a claim done after the step waits for the next Prune past it.
 // Each pruned claim's entry goes; its tombstone keeps the key, the
 // withdrawal id and the token.
-func (m *memStore[R]) Prune(_ context.Context, before time.Time, limit int) ([]PrunedRecord, error) {
+func (m *memStore[R]) Prune(_ context.Context, before time.Time, limit int) ([]driver.PrunedRecord, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	at := before.UnixNano()
@@ -498,7 +436,7 @@ func (m *memStore[R]) Prune(_ context.Context, before time.Time, limit int) ([]P
 	if n == 0 {
 		return nil, nil
 	}
-	pruned := make([]PrunedRecord, n)
+	pruned := make([]driver.PrunedRecord, n)
 	for i, e := range m.settled[:n] {
 		sp := e.space
 		if sp.pruned == nil {
@@ -507,7 +445,8 @@ func (m *memStore[R]) Prune(_ context.Context, before time.Time, limit int) ([]P
 		delete(sp.keys, e.key)
 		sp.pruned[e.key] = tombstone{withdrawalID: e.fp.WithdrawalID, token: e.token}
 		e.pruned = true
-		pruned[i] = PrunedRecord{Tenant: sp.tenant, Key: e.key, WithdrawalID: e.fp.WithdrawalID}
+		e.wake()
+		pruned[i] = driver.PrunedRecord{Tenant: sp.tenant, Key: e.key, WithdrawalID: e.fp.WithdrawalID}
 		m.settled[i] = nil
 	}
 	m.settled = m.settled[n:]

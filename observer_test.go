@@ -11,22 +11,24 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/driver"
+	"github.com/idemledger/submissions/observe"
 )
 
 // events is an Observer that keeps what it is told.
 type events struct {
 	mu   sync.Mutex
-	seen []submissions.Event
+	seen []observe.Event
 }
 
-func (o *events) Observe(_ context.Context, e submissions.Event) {
+func (o *events) Observe(_ context.Context, e observe.Event) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.seen = append(o.seen, e)
 }
 
 // take returns the events seen since the last take.
-func (o *events) take() []submissions.Event {
+func (o *events) take() []observe.Event {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	seen := o.seen
@@ -35,8 +37,8 @@ func (o *events) take() []submissions.Event {
 }
 
 // kinds returns the kinds of es, in order.
-func kinds(es []submissions.Event) []submissions.EventKind {
-	var ks []submissions.EventKind
+func kinds(es []observe.Event) []observe.EventKind {
+	var ks []observe.EventKind
 	for _, e := range es {
 		ks = append(ks, e.Kind)
 	}
@@ -48,9 +50,9 @@ func kinds(es []submissions.Event) []submissions.EventKind {
 // long send ran.
 func TestObserverSeesEveryDecision(t *testing.T) {
 	o := &events{}
-	stores := map[string]submissions.Store[withdrawal]{
+	stores := map[string]driver.Store[withdrawal]{
 		"in memory":            submissions.NewMemoryStore[withdrawal](),
-		"behind the interface": struct{ submissions.Store[withdrawal] }{submissions.NewMemoryStore[withdrawal]()},
+		"behind the interface": struct{ driver.Store[withdrawal] }{submissions.NewMemoryStore[withdrawal]()},
 	}
 	for name, st := range stores {
 		t.Run(name, func(t *testing.T) {
@@ -63,7 +65,7 @@ func TestObserverSeesEveryDecision(t *testing.T) {
 			_, err := s.Submit(bg, "req-1", w, slow)
 			require.NoError(t, err)
 			seen := o.take()
-			require.Equal(t, []submissions.EventKind{submissions.EventClaimed, submissions.EventSent}, kinds(seen))
+			require.Equal(t, []observe.EventKind{observe.EventClaimed, observe.EventSent}, kinds(seen))
 			for _, e := range seen {
 				assert.Equal(t, "acme", e.Tenant)
 				assert.Equal(t, "req-1", e.Key)
@@ -75,7 +77,7 @@ func TestObserverSeesEveryDecision(t *testing.T) {
 
 			_, err = s.Submit(bg, "req-1", w, slow)
 			require.NoError(t, err)
-			assert.Equal(t, []submissions.EventKind{submissions.EventReplayed}, kinds(o.take()), "a replay")
+			assert.Equal(t, []observe.EventKind{observe.EventReplayed}, kinds(o.take()), "a replay")
 
 			for _, c := range []struct {
 				key string
@@ -84,7 +86,7 @@ func TestObserverSeesEveryDecision(t *testing.T) {
 				_, err = s.Submit(bg, c.key, c.w, slow)
 				require.ErrorIs(t, err, submissions.ErrIdempotencyConflict)
 				seen = o.take()
-				require.Equal(t, []submissions.EventKind{submissions.EventConflict}, kinds(seen), "a conflict")
+				require.Equal(t, []observe.EventKind{observe.EventConflict}, kinds(seen), "a conflict")
 				assert.Equal(t, err, seen[0].Err)
 				assert.Equal(t, c.key, seen[0].Key)
 			}
@@ -95,17 +97,17 @@ func TestObserverSeesEveryDecision(t *testing.T) {
 			_, err = s.Submit(bg, "req-3", newWithdrawal("w-3"), fail)
 			require.ErrorIs(t, err, submissions.ErrOutcomeUnknown)
 			seen = o.take()
-			require.Equal(t, []submissions.EventKind{submissions.EventClaimed, submissions.EventOutcomeUnknown}, kinds(seen))
+			require.Equal(t, []observe.EventKind{observe.EventClaimed, observe.EventOutcomeUnknown}, kinds(seen))
 			assert.Equal(t, err, seen[1].Err)
 
 			_, err = s.Submit(bg, "req-3", newWithdrawal("w-3"), fail)
 			require.ErrorIs(t, err, submissions.ErrSubmissionInFlight)
 			seen = o.take()
-			require.Equal(t, []submissions.EventKind{submissions.EventInFlight}, kinds(seen))
+			require.Equal(t, []observe.EventKind{observe.EventInFlight}, kinds(seen))
 			assert.Equal(t, err, seen[0].Err)
 
 			require.NoError(t, s.Resolve(bg, "req-3", newWithdrawal("w-3")))
-			assert.Equal(t, []submissions.EventKind{submissions.EventResolved}, kinds(o.take()))
+			assert.Equal(t, []observe.EventKind{observe.EventResolved}, kinds(o.take()))
 
 			_, err = s.Submit(bg, "req-4", newWithdrawal("w-4"), func(_ context.Context, w withdrawal) (withdrawal, error) {
 				w.Amount = "26"
@@ -113,17 +115,17 @@ func TestObserverSeesEveryDecision(t *testing.T) {
 			})
 			require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
 			seen = o.take()
-			require.Equal(t, []submissions.EventKind{submissions.EventClaimed, submissions.EventNotRecorded}, kinds(seen))
+			require.Equal(t, []observe.EventKind{observe.EventClaimed, observe.EventNotRecorded}, kinds(seen))
 			assert.Equal(t, err, seen[1].Err)
 
 			require.NoError(t, s.Release(bg, "req-4"))
-			assert.Equal(t, []submissions.EventKind{submissions.EventReleased}, kinds(o.take()))
+			assert.Equal(t, []observe.EventKind{observe.EventReleased}, kinds(o.take()))
 
 			require.Panics(t, func() {
 				_, _ = s.Submit(bg, "req-5", newWithdrawal("w-5"), func(context.Context, withdrawal) (withdrawal, error) { panic("rail exploded") })
 			})
 			seen = o.take()
-			require.Equal(t, []submissions.EventKind{submissions.EventClaimed, submissions.EventOutcomeUnknown}, kinds(seen))
+			require.Equal(t, []observe.EventKind{observe.EventClaimed, observe.EventOutcomeUnknown}, kinds(seen))
 			assert.ErrorIs(t, seen[1].Err, submissions.ErrOutcomeUnknown)
 			assert.ErrorContains(t, seen[1].Err, "send did not return")
 
@@ -135,30 +137,30 @@ func TestObserverSeesEveryDecision(t *testing.T) {
 }
 
 func TestEventKindNames(t *testing.T) {
-	for k, want := range map[submissions.EventKind]string{
-		submissions.EventClaimed:        "claimed",
-		submissions.EventSent:           "sent",
-		submissions.EventReplayed:       "replayed",
-		submissions.EventConflict:       "conflict",
-		submissions.EventInFlight:       "in flight",
-		submissions.EventOutcomeUnknown: "outcome unknown",
-		submissions.EventNotRecorded:    "not recorded",
-		submissions.EventResolved:       "resolved",
-		submissions.EventReleased:       "released",
-		submissions.EventPruned:         "pruned",
-		0:                               "unknown event",
-		submissions.EventPruned + 1:     "unknown event",
-		255:                             "unknown event",
+	for k, want := range map[observe.EventKind]string{
+		observe.EventClaimed:        "claimed",
+		observe.EventSent:           "sent",
+		observe.EventReplayed:       "replayed",
+		observe.EventConflict:       "conflict",
+		observe.EventInFlight:       "in flight",
+		observe.EventOutcomeUnknown: "outcome unknown",
+		observe.EventNotRecorded:    "not recorded",
+		observe.EventResolved:       "resolved",
+		observe.EventReleased:       "released",
+		observe.EventPruned:         "pruned",
+		0:                           "unknown event",
+		observe.EventPruned + 1:     "unknown event",
+		255:                         "unknown event",
 	} {
 		assert.Equal(t, want, k.String())
 	}
 }
 
 // panicsOn is an Observer that panics on one kind of event.
-type panicsOn submissions.EventKind
+type panicsOn observe.EventKind
 
-func (p panicsOn) Observe(_ context.Context, e submissions.Event) {
-	if e.Kind == submissions.EventKind(p) {
+func (p panicsOn) Observe(_ context.Context, e observe.Event) {
+	if e.Kind == observe.EventKind(p) {
 		panic("observer exploded")
 	}
 }
@@ -167,19 +169,19 @@ func (p panicsOn) Observe(_ context.Context, e submissions.Event) {
 // claim stops the send from being called, and the claim can be released; one
 // that panics on the outcome leaves it recorded.
 func TestObserverPanicLeavesTheLedgerWhole(t *testing.T) {
-	for name, st := range map[string]submissions.Store[withdrawal]{
+	for name, st := range map[string]driver.Store[withdrawal]{
 		"in memory":            submissions.NewMemoryStore[withdrawal](),
-		"behind the interface": struct{ submissions.Store[withdrawal] }{submissions.NewMemoryStore[withdrawal]()},
+		"behind the interface": struct{ driver.Store[withdrawal] }{submissions.NewMemoryStore[withdrawal]()},
 	} {
 		t.Run(name, func(t *testing.T) {
 			sends := 0
 			send := func(_ context.Context, w withdrawal) (withdrawal, error) { sends++; return w, nil }
-			s := submissions.NewWithStore(st, submissions.WithObserver(panicsOn(submissions.EventClaimed)), quiet)
+			s := submissions.NewWithStore(st, submissions.WithObserver(panicsOn(observe.EventClaimed)), quiet)
 			require.PanicsWithValue(t, "observer exploded", func() { _, _ = s.Submit(bg, "req-1", newWithdrawal("w-1"), send) })
 			assert.Zero(t, sends, "send is not called")
 			require.NoError(t, s.Release(bg, "req-1"), "the claim is released")
 
-			s = submissions.NewWithStore(st, submissions.WithObserver(panicsOn(submissions.EventSent)), quiet)
+			s = submissions.NewWithStore(st, submissions.WithObserver(panicsOn(observe.EventSent)), quiet)
 			require.PanicsWithValue(t, "observer exploded", func() { _, _ = s.Submit(bg, "req-2", newWithdrawal("w-1"), send) })
 			assert.Equal(t, 1, sends)
 			out, ok, err := s.Outcome(bg, "req-2")

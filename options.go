@@ -1,6 +1,10 @@
 package submissions
 
-import "log/slog"
+import (
+	"log/slog"
+
+	"github.com/idemledger/submissions/observe"
+)
 
 // An Option configures a Submissions ledger made by New or NewWithStore.
 type Option interface {
@@ -9,7 +13,7 @@ type Option interface {
 
 type options struct {
 	logger   *slog.Logger
-	observer Observer
+	observer observe.Observer
 }
 
 type optionFunc func(*options)
@@ -26,6 +30,13 @@ func WithLogger(l *slog.Logger) Option {
 			o.logger = l
 		}
 	})
+}
+
+// WithObserver sets the observer of the ledger's decisions, and of its
+// tenants' views and its Admin's (see package observe). The default, and the
+// observer when o is nil, is none.
+func WithObserver(o observe.Observer) Option {
+	return optionFunc(func(opts *options) { opts.observer = o })
 }
 
 func buildOptions(opts []Option) options {

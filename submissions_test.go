@@ -14,7 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemledger/submissions"
-	"github.com/idemledger/submissions/storetest"
+	"github.com/idemledger/submissions/driver"
+	"github.com/idemledger/submissions/internal/ledgertest"
 )
 
 // The rules of the ledger are tested by storetest, against the memory store
@@ -26,29 +27,29 @@ var (
 	quiet = submissions.WithLogger(slog.New(slog.DiscardHandler))
 )
 
-type withdrawal = storetest.Withdrawal
+type withdrawal = ledgertest.Withdrawal
 
 // opaque hides a store's type: the ledger runs it as it runs any Store (a
 // Lister, a Pruner and an Abandoner, as the memory store is).
 type opaque struct {
-	submissions.Store[withdrawal]
-	submissions.Lister
-	submissions.Pruner
-	submissions.Abandoner
+	driver.Store[withdrawal]
+	driver.Lister
+	driver.Pruner
+	driver.Abandoner
 }
 
-func memory(*testing.T) submissions.Store[withdrawal] {
+func memory(*testing.T) driver.Store[withdrawal] {
 	return submissions.NewMemoryStore[withdrawal]()
 }
 
 func TestMemoryStore(t *testing.T) {
-	storetest.Run(t, memory)
+	ledgertest.Run(t, memory)
 }
 
 func TestMemoryStoreBehindTheStoreInterface(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) submissions.Store[withdrawal] {
+	ledgertest.Run(t, func(t *testing.T) driver.Store[withdrawal] {
 		st := memory(t)
-		return opaque{st, st.(submissions.Lister), st.(submissions.Pruner), st.(submissions.Abandoner)}
+		return opaque{st, st.(driver.Lister), st.(driver.Pruner), st.(driver.Abandoner)}
 	})
 }
 
@@ -61,7 +62,7 @@ func newWithdrawal(id string) withdrawal {
 func ledgers[R submissions.Fingerprinter]() map[string]*submissions.Submissions[R] {
 	return map[string]*submissions.Submissions[R]{
 		"memory":               submissions.New[R](quiet),
-		"behind the interface": submissions.NewWithStore[R](struct{ submissions.Store[R] }{submissions.NewMemoryStore[R]()}, quiet),
+		"behind the interface": submissions.NewWithStore[R](struct{ driver.Store[R] }{submissions.NewMemoryStore[R]()}, quiet),
 	}
 }
 
@@ -241,10 +242,10 @@ func TestErrorStringsAreShortAndStable(t *testing.T) {
 	_, reused := s.Submit(bg, "req-1", newWithdrawal("w-2"), nil)
 	_, second := s.Submit(bg, "req-2", w, nil)
 	_, emptyKey := s.Submit(bg, " ", w, nil)
-	_, longKey := s.Submit(bg, strings.Repeat("k", submissions.MaxKeyLen+1), w, nil)
+	_, longKey := s.Submit(bg, strings.Repeat("k", driver.MaxKeyLen+1), w, nil)
 	_, binaryKey := s.Submit(bg, "k\xff", w, nil)
 	_, nulKey := s.Submit(bg, "k\x00", w, nil)
-	_, nulKeyAtTheLimit := s.Submit(bg, strings.Repeat("k", submissions.MaxKeyLen-1)+"\x00", w, nil)
+	_, nulKeyAtTheLimit := s.Submit(bg, strings.Repeat("k", driver.MaxKeyLen-1)+"\x00", w, nil)
 	_, longID := s.Submit(bg, "req-9", withdrawal{ID: strings.Repeat("i", 256), Amount: "1", Currency: "EUR", Dest: "d"}, nil)
 	_, invalidAmount := s.Submit(bg, "req-3", withdrawal{ID: "w-3", Amount: "1e3", Currency: "EUR", Dest: "d"}, nil)
 	_, unknown := s.Submit(bg, "req-4", newWithdrawal("w-4"), func(context.Context, withdrawal) (withdrawal, error) {

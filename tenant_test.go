@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/driver"
 )
 
 // TestTenantViewCostsOneSmallAllocation: a service makes a view per request,
@@ -52,7 +53,7 @@ func TestTenantOfAZeroValueLedger(t *testing.T) {
 func TestInvalidTenantErrors(t *testing.T) {
 	s := submissions.New[withdrawal](quiet)
 	for tenant, want := range map[string]string{
-		strings.Repeat("t", submissions.MaxTenantLen+1): "invalid tenant: longer than 64 bytes",
+		strings.Repeat("t", driver.MaxTenantLen+1): "invalid tenant: longer than 64 bytes",
 		"t\xff":  "invalid tenant: not valid UTF-8",
 		"t\x00t": "invalid tenant: has a NUL byte",
 	} {
@@ -61,10 +62,10 @@ func TestInvalidTenantErrors(t *testing.T) {
 		assert.ErrorIs(t, err, submissions.ErrInvalidTenant)
 		assert.EqualError(t, submissions.ValidateTenant(tenant), want, "ValidateTenant")
 	}
-	for _, tenant := range []string{"", "acme", " acme ", strings.Repeat("é", submissions.MaxTenantLen/2)} {
+	for _, tenant := range []string{"", "acme", " acme ", strings.Repeat("é", driver.MaxTenantLen/2)} {
 		assert.NoError(t, submissions.ValidateTenant(tenant), "%q", tenant)
 	}
-	_, err := s.Tenant(strings.Repeat("t", submissions.MaxTenantLen)).Submit(bg, "req-1", newWithdrawal("w-1"), nil)
+	_, err := s.Tenant(strings.Repeat("t", driver.MaxTenantLen)).Submit(bg, "req-1", newWithdrawal("w-1"), nil)
 	assert.NoError(t, err, "a tenant at the limit")
 }
 

@@ -1,0 +1,238 @@
+// Package engine is the one ledger behind package submissions' service door
+// and package admin's operator door: every operation is defined here once,
+// over any driver.Store, and errors reach the doors in their public form.
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/idemledger/submissions/driver"
+	"github.com/idemledger/submissions/internal/valid"
+	"github.com/idemledger/submissions/observe"
+)
+
+// Ledger runs a Store: the policy of every call, the sends' bookkeeping
+// (the Store's own when it is a driver.Tracker, the adapter's otherwise),
+// the observer and the log. It is safe for concurrent use.
+type Ledger[R driver.Fingerprinter] struct {
+	store    driver.Store[R]
+	tracker  driver.Tracker[R]
+	replayer driver.Replayer[R] // nil when the Store is not one
+	log      *slog.Logger       // nil means slog.Default()
+	observer observe.Observer   // nil for none
+	nilable  bool               // R is a type with a nil value, such as a pointer
+}
+
+// New returns a ledger on store that logs to log (nil for slog.Default())
+// and tells observer (nil for none) of its decisions.
+func New[R driver.Fingerprinter](store driver.Store[R], log *slog.Logger, observer observe.Observer) *Ledger[R] {
+	l := &Ledger[R]{store: store, log: log, observer: observer, nilable: nilable[R]()}
+	if t, ok := store.(driver.Tracker[R]); ok {
+		l.tracker = t
+	} else {
+		l.tracker = track(store)
+	}
+	l.replayer, _ = store.(driver.Replayer[R])
+	return l
+}
+
+// ValidateTenant returns nil if id is a valid tenant id ("" included), and
+// otherwise an error wrapping ErrInvalidTenant.
+func ValidateTenant(id string) error {
+	if id != "" && !valid.Text(id, driver.MaxTenantLen) {
+		return fmt.Errorf("%w: %s", ErrInvalidTenant, valid.TextProblem(id, driver.MaxTenantLen))
+	}
+	return nil
+}
+
+// validKey trims key and checks it against the rules of ErrInvalidKey.
+func validKey(key string) (string, error) {
+	key = valid.Trim(key)
+	if !valid.Text(key, driver.MaxKeyLen) {
+		return "", fmt.Errorf("%w: %s", ErrInvalidKey, valid.TextProblem(key, driver.MaxKeyLen))
+	}
+	return key, nil
+}
+
+// begin checks a call's key, trimming it, and its ctx.
+func begin(ctx context.Context, key string) (string, error) {
+	key, err := validKey(key)
+	if err != nil {
+		return "", err
+	}
+	return key, ctx.Err()
+}
+
+// fingerprint returns v's fingerprint in canonical form, or the error of a
+// nil v or an invalid fingerprint.
+func (l *Ledger[R]) fingerprint(v R) (driver.Fingerprint, error) {
+	if l.nilable && isNil(v) {
+		return driver.Fingerprint{}, errNilRequest(v)
+	}
+	return v.Fingerprint().Canonical()
+}
+
+// Bits of a fingerprint's fields, for Differing.
+const (
+	withdrawalIDField = 1 << iota
+	amountField
+	currencyField
+	destinationField
+)
+
+// Differing compares got, as given, with want, a canonical fingerprint,
+// field by field, and returns the fields that differ as bits, 0 for none: a
+// field of got that is not valid differs. It allocates nothing.
+func Differing(want, got *driver.Fingerprint) (fields int) {
+	if got.WithdrawalID != want.WithdrawalID {
+		fields |= withdrawalIDField
+	}
+	if a, ok := valid.CanonicalAmount(got.Amount); !ok || a != want.Amount {
+		fields |= amountField
+	}
+	if !valid.SameCurrency(want.Currency, got.Currency) {
+		fields |= currencyField
+	}
+	if got.Destination != want.Destination {
+		fields |= destinationField
+	}
+	return fields
+}
+
+// fieldNames names the fields of a Differing result, by their Fingerprint
+// names: "Amount, Destination".
+func fieldNames(fields int) string {
+	var names []string
+	for i, name := range []string{"WithdrawalID", "Amount", "Currency", "Destination"} {
+		if fields&(1<<i) != 0 {
+			names = append(names, name)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// logged is the log level and message of each kind of event that a ledger
+// logs; the others are not logged.
+var logged = [...]struct {
+	level slog.Level
+	msg   string
+}{
+	observe.EventReplayed:       {slog.LevelInfo, "submission replayed"},
+	observe.EventResolved:       {slog.LevelInfo, "submission resolved"},
+	observe.EventReleased:       {slog.LevelInfo, "submission released"},
+	observe.EventOutcomeUnknown: {slog.LevelWarn, "outcome unknown"},
+	observe.EventNotRecorded:    {slog.LevelWarn, "outcome not recorded"},
+}
+
+// report tells the observer of a decision of kind about key and
+// withdrawalID, made in tenant, and logs it if its kind is logged: with the
+// tenant (unless it is the default), the key, the withdrawal and err if not
+// nil. With no observer, it costs one call when the kind is not logged or its
+// level is disabled.
+func (l *Ledger[R]) report(ctx context.Context, tenant string, kind observe.EventKind, key, withdrawalID string, took time.Duration, err error) {
+	if l.observer != nil {
+		l.observer.Observe(ctx, observe.Event{Kind: kind, Tenant: tenant, Key: key, WithdrawalID: withdrawalID, Duration: took, Err: err})
+	}
+	if int(kind) >= len(logged) || logged[kind].msg == "" {
+		return
+	}
+	level := logged[kind].level
+	lg := l.log
+	if lg == nil {
+		lg = slog.Default()
+	}
+	if !lg.Enabled(ctx, level) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 4)
+	if tenant != "" {
+		attrs = append(attrs, slog.String("tenant", tenant))
+	}
+	attrs = append(attrs, slog.String("key", key), slog.String("withdrawal", withdrawalID))
+	if err != nil {
+		attrs = append(attrs, slog.Any("error", err))
+	}
+	lg.LogAttrs(ctx, level, logged[kind].msg, attrs...)
+}
+
+// nilable reports whether R has a nil value: it is a pointer, interface,
+// map, slice, channel or function type.
+func nilable[R any]() bool {
+	switch reflect.TypeFor[R]().Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.UnsafePointer:
+		return true
+	}
+	return false
+}
+
+// isNil reports whether v, of a type R for which nilable is true, is nil, or
+// an interface holding a nil pointer, map, slice, channel or function: a
+// value whose Fingerprint method may panic, and no outcome.
+func isNil[R any](v R) bool {
+	if any(v) == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(any(v)); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.UnsafePointer:
+		return rv.IsNil()
+	}
+	return false
+}
+
+// sameOutcome reports whether a and b are the same outcome: their
+// encoding/json encodings hold equal JSON values. Each encoding is decoded
+// and encoded again, so that what encoding/json writes two ways reads the
+// same: object members in any order, and text that held bytes that are not
+// UTF-8 (written as \ufffd) or the character U+FFFD itself. Numbers are
+// compared as written.
+func sameOutcome[R any](a, b R) (bool, error) {
+	ca, err := canonicalJSON(a)
+	if err != nil {
+		return false, err
+	}
+	cb, err := canonicalJSON(b)
+	if err != nil {
+		return false, err
+	}
+	return bytes.Equal(ca, cb), nil
+}
+
+func canonicalJSON(v any) ([]byte, error) {
+	encoded, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(encoded))
+	dec.UseNumber()
+	var value any
+	if err := dec.Decode(&value); err != nil {
+		return nil, err
+	}
+	return json.Marshal(value)
+}
+
+// sameAsRecorded returns nil when outcome is the same as recorded, key's
+// outcome, and otherwise the ErrIdempotencyConflict of a Resolve that
+// contradicts it.
+func sameAsRecorded[R any](key string, recorded, outcome R) error {
+	same, err := sameOutcome(recorded, outcome)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: request key %s: the outcomes cannot be compared: %w", driver.ErrIdempotencyConflict, key, err)
+	case !same:
+		return hasOutcome(key, "another outcome")
+	}
+	return nil
+}
+
+// validID reports whether id can be a fingerprint's WithdrawalID.
+func validID(id string) bool {
+	return valid.Text(id, driver.MaxWithdrawalIDLen)
+}

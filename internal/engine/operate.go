@@ -1,0 +1,70 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/idemledger/submissions/driver"
+	"github.com/idemledger/submissions/observe"
+)
+
+// Listed is a claim in flight as the ledger lists it: as its Store does,
+// and whether this ledger, or any ledger on a Store that is a
+// driver.Tracker, is sending it.
+type Listed struct {
+	driver.InFlight
+	Sending bool
+}
+
+// List lists the claims in flight that q selects, each with Sending. Its
+// tenants must be valid, and its Limit at least 1.
+func (l *Ledger[R]) List(ctx context.Context, q driver.ListQuery) ([]Listed, error) {
+	lister, ok := l.store.(driver.Lister)
+	if !ok {
+		return nil, fmt.Errorf("%w: the store cannot list its claims in flight (it is not a Lister)", ErrNotSupported)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	found, err := lister.ListInFlight(ctx, q)
+	if err != nil {
+		return nil, l.failed(ctx, "", "list the claims in flight", err)
+	}
+	claims := make([]Listed, len(found))
+	for i, c := range found {
+		sending, err := l.tracker.Sending(ctx, c.Tenant, c.Key, c.Token)
+		if err != nil {
+			return nil, l.failed(ctx, "", "list the claims in flight", err)
+		}
+		claims[i] = Listed{InFlight: c, Sending: sending != nil}
+	}
+	return claims, nil
+}
+
+// Prune turns the records settled before before into tombstones, in batches
+// of batch (at least 1), until a batch prunes fewer or ctx ends, and returns
+// how many it pruned.
+func (l *Ledger[R]) Prune(ctx context.Context, before time.Time, batch int) (int, error) {
+	p, ok := l.store.(driver.Pruner)
+	if !ok {
+		return 0, fmt.Errorf("%w: the store cannot prune (it is not a Pruner)", ErrNotSupported)
+	}
+	total := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		pruned, err := p.Prune(ctx, before, batch)
+		if err != nil {
+			return total, l.failed(ctx, "", "prune", err)
+		}
+		total += len(pruned)
+		for _, r := range pruned {
+			l.report(ctx, r.Tenant, observe.EventPruned, r.Key, r.WithdrawalID, 0, nil)
+		}
+		if len(pruned) < batch {
+			return total, nil
+		}
+	}
+}

@@ -1,0 +1,194 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemledger/submissions/driver"
+	"github.com/idemledger/submissions/observe"
+)
+
+// Submit is submissions.Submissions.SubmitOrReplay in tenant, which the
+// caller has checked.
+func (l *Ledger[R]) Submit(ctx context.Context, tenant, key string, req R,
+	send func(ctx context.Context, req R) (R, error)) (R, bool, error) {
+	var zero R
+	var given driver.Fingerprint
+	read := l.replayer != nil && !(l.nilable && isNil(req))
+	if read {
+		// A Replayer answers only for a key it holds as given, valid and
+		// trimmed, and a fingerprint as given, valid and the same: only ctx
+		// remains to check.
+		given = req.Fingerprint()
+		if out, ok := l.replayer.Replay(tenant, key, given); ok {
+			if err := ctx.Err(); err != nil {
+				return zero, false, err
+			}
+			l.report(ctx, tenant, observe.EventReplayed, key, given.WithdrawalID, 0, nil)
+			return out, true, nil
+		}
+	}
+	key, err := begin(ctx, key)
+	if err != nil {
+		return zero, false, err
+	}
+	if l.nilable && isNil(req) {
+		return zero, false, errNilRequest(req)
+	}
+	if !read {
+		given = req.Fingerprint()
+	}
+	fp, err := given.Canonical()
+	if err != nil {
+		return zero, false, err
+	}
+	rec, snd, err := l.tracker.ClaimSend(ctx, tenant, key, fp)
+	switch {
+	case err != nil:
+		err = storeFailed("request key "+key, "claim", err)
+		if errors.Is(err, driver.ErrIdempotencyConflict) {
+			l.report(ctx, tenant, observe.EventConflict, key, fp.WithdrawalID, 0, err)
+		}
+		return zero, false, err
+	case snd != nil:
+		out, err := l.sendAndRecord(ctx, tenant, key, snd, &fp, &given, req, send)
+		return out, false, err
+	case rec.Pruned:
+		err = prunedKey(key)
+		l.report(ctx, tenant, observe.EventConflict, key, fp.WithdrawalID, 0, err)
+		return zero, false, err
+	case Differing(&rec.Fingerprint, &given) != 0:
+		err = keyTaken(key)
+		l.report(ctx, tenant, observe.EventConflict, key, fp.WithdrawalID, 0, err)
+		return zero, false, err
+	case !rec.Done:
+		err = inFlight(key)
+		l.report(ctx, tenant, observe.EventInFlight, key, fp.WithdrawalID, 0, err)
+		return zero, false, err
+	}
+	l.report(ctx, tenant, observe.EventReplayed, key, fp.WithdrawalID, 0, nil)
+	return rec.Outcome, true, nil
+}
+
+// sendAndRecord calls send for the claim snd, and ends the claim's send:
+// with the answer recorded, or with none, the key left claimed.
+func (l *Ledger[R]) sendAndRecord(ctx context.Context, tenant, key string, snd driver.Send[R], fp, given *driver.Fingerprint, req R,
+	send func(ctx context.Context, req R) (R, error)) (R, error) {
+	var zero R
+	var start time.Time // when send started, timed for an observer only
+	took := func() time.Duration {
+		if l.observer == nil {
+			return 0
+		}
+		return time.Since(start)
+	}
+	// If this function does not return (send, the answer's Fingerprint or
+	// the store panicked, or send exited its goroutine), the claim's send
+	// ends with no outcome, and the log says what was under way.
+	ended, under := false, "send did not return"
+	defer func() {
+		if !ended {
+			l.abandon(ctx, snd)
+			l.report(ctx, tenant, observe.EventOutcomeUnknown, key, fp.WithdrawalID, took(),
+				fmt.Errorf("%w: request key %s: %s", ErrOutcomeUnknown, key, under))
+		}
+	}()
+	under = "the observer panicked, and send was not called"
+	l.report(ctx, tenant, observe.EventClaimed, key, fp.WithdrawalID, 0, nil)
+	under = "send did not return"
+	if l.observer != nil {
+		start = time.Now()
+	}
+	out, err := req, error(nil)
+	if send != nil {
+		out, err = send(ctx, req)
+	}
+	if err == nil && l.nilable && isNil(out) {
+		err = errNilAnswer
+	}
+	if err != nil {
+		ended = true
+		l.abandon(ctx, snd)
+		err = fmt.Errorf("%w: request key %s: %w", ErrOutcomeUnknown, key, err)
+		l.report(ctx, tenant, observe.EventOutcomeUnknown, key, fp.WithdrawalID, took(), err)
+		return zero, err
+	}
+
+	// An answer: it is recorded only if it is for the request's withdrawal
+	// and came while the caller still waited.
+	var why error
+	fields := 0
+	under = "the answer's Fingerprint panicked"
+	if got := out.Fingerprint(); got != *given { // an answer that repeats the request's fingerprint is its withdrawal
+		fields = Differing(fp, &got)
+	}
+	switch cerr := ctx.Err(); {
+	case fields != 0 && cerr != nil:
+		why = fmt.Errorf("answer differs in %s, and the context ended: %w", fieldNames(fields), cerr)
+	case fields != 0:
+		why = fmt.Errorf("answer differs in %s", fieldNames(fields))
+	case cerr != nil:
+		why = fmt.Errorf("context ended while send ran: %w", cerr)
+	}
+	var rec driver.Record[R]
+	var settled bool
+	if why != nil {
+		ended = true
+		l.abandon(ctx, snd)
+	} else {
+		// A Settle that fails or panics may have recorded the answer or
+		// not: the claim is abandoned, which marks it only if it is still
+		// in flight.
+		under = "the store panicked while recording the answer"
+		rec, settled, err = snd.Settle(ctx, out)
+		ended = true
+		if err != nil {
+			l.abandon(ctx, snd)
+		}
+	}
+	switch {
+	case why != nil:
+	case err != nil:
+		why = fmt.Errorf("the store failed, and the answer may or may not stand: %w", err)
+	case settled:
+		l.report(ctx, tenant, observe.EventSent, key, fp.WithdrawalID, took(), nil)
+		return out, nil
+	case rec.Pruned:
+		why = errors.New("resolved and pruned while send ran")
+	case !rec.Done:
+		why = errors.New("released while send ran")
+	default: // resolved while send ran
+		same, serr := sameOutcome(rec.Outcome, out)
+		switch {
+		case serr != nil:
+			why = fmt.Errorf("resolved while send ran, with an outcome that cannot be compared: %w", serr)
+		case !same:
+			why = errors.New("resolved with another outcome while send ran")
+		default:
+			l.report(ctx, tenant, observe.EventSent, key, fp.WithdrawalID, took(), nil)
+			return out, nil
+		}
+	}
+	err = fmt.Errorf("%w: request key %s: %w", ErrOutcomeNotRecorded, key, why)
+	l.report(ctx, tenant, observe.EventNotRecorded, key, fp.WithdrawalID, took(), err)
+	return out, err
+}
+
+// errNilAnswer is the error of a send that answered with a nil pointer.
+var errNilAnswer = errors.New("send answered nil")
+
+// abandonTimeout bounds an Abandon, which runs when the send's ctx may have
+// ended already.
+const abandonTimeout = 5 * time.Second
+
+// abandon ends snd without an outcome. It is best effort: an error or a
+// panic of the store is contained, so that the send's caller gets its error
+// as it would without it (and a panic under way goes on unchanged).
+func (l *Ledger[R]) abandon(ctx context.Context, snd driver.Send[R]) {
+	defer func() { _ = recover() }() // contained: see above
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
+	defer cancel()
+	_ = snd.Abandon(actx)
+}

@@ -1,0 +1,161 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/idemledger/submissions/driver"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type transfer struct{ ID, TxHash string }
+
+func (p transfer) Fingerprint() driver.Fingerprint {
+	return driver.Fingerprint{WithdrawalID: p.ID, Amount: "10", Currency: "EUR", Destination: "DE89"}
+}
+
+// mapStore is the least Store: one tenant's records and claims in two maps,
+// no optional ability, so that a ledger on it runs through the adapter.
+type mapStore struct {
+	mu     sync.Mutex
+	recs   map[string]driver.Record[transfer]
+	claims map[string]string
+	tokens driver.Token
+}
+
+func newMapStore() *mapStore {
+	return &mapStore{recs: map[string]driver.Record[transfer]{}, claims: map[string]string{}}
+}
+
+func (m *mapStore) Claim(_ context.Context, _, key string, fp driver.Fingerprint, outcome *transfer) (driver.Record[transfer], bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if rec, ok := m.recs[key]; ok {
+		return rec, false, nil
+	}
+	if holder, ok := m.claims[fp.WithdrawalID]; ok {
+		return driver.Record[transfer]{}, false, &driver.ConflictError{Holder: holder, Key: key, WithdrawalID: fp.WithdrawalID}
+	}
+	m.tokens++
+	rec := driver.Record[transfer]{Fingerprint: fp, Token: m.tokens}
+	if outcome != nil {
+		rec.Outcome, rec.Done = *outcome, true
+	}
+	m.recs[key], m.claims[fp.WithdrawalID] = rec, key
+	return rec, true, nil
+}
+
+func (m *mapStore) Settle(_ context.Context, _, key string, token driver.Token, outcome transfer) (driver.Record[transfer], bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rec, ok := m.recs[key]
+	switch {
+	case !ok || rec.Token != token:
+		return driver.Record[transfer]{}, false, nil
+	case rec.Done:
+		return rec, false, nil
+	}
+	rec.Outcome, rec.Done = outcome, true
+	m.recs[key] = rec
+	return rec, true, nil
+}
+
+func (m *mapStore) Release(_ context.Context, _, key string, token driver.Token) (driver.Record[transfer], bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rec, ok := m.recs[key]
+	switch {
+	case !ok || rec.Token != token:
+		return driver.Record[transfer]{}, false, nil
+	case rec.Done:
+		return rec, false, nil
+	}
+	delete(m.recs, key)
+	delete(m.claims, rec.Fingerprint.WithdrawalID)
+	return rec, true, nil
+}
+
+func (m *mapStore) Lookup(_ context.Context, _, key string) (driver.Record[transfer], bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rec, ok := m.recs[key]
+	return rec, ok, nil
+}
+
+func (m *mapStore) ClaimedBy(_ context.Context, _, withdrawalID string) (string, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	key, ok := m.claims[withdrawalID]
+	return key, ok, nil
+}
+
+// panicsOnce is a Store whose Settle panics once armed.
+type panicsOnce struct {
+	driver.Store[transfer]
+	armed bool
+}
+
+func (p *panicsOnce) Settle(ctx context.Context, tenant, key string, token driver.Token, outcome transfer) (driver.Record[transfer], bool, error) {
+	if p.armed {
+		p.armed = false
+		panic("store bug")
+	}
+	return p.Store.Settle(ctx, tenant, key, token, outcome)
+}
+
+// TestTrackedForgetsEveryMark takes keys through every step of a ledger on a
+// Store that is not a Tracker, whose marks the adapter keeps: a failed send,
+// a panicking one, the release that reopens the key, a second send, a
+// resolve under a fresh key, refusals, a store that panics. A mark that is
+// not forgotten would make a later release refuse, or wait until its context
+// ends; so every step must answer within a deadline, and no mark may be left
+// once the keys are done with.
+func TestTrackedForgetsEveryMark(t *testing.T) {
+	st := &panicsOnce{Store: newMapStore()}
+	l := New[transfer](st, slog.New(slog.DiscardHandler), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req := transfer{ID: "w-1"}
+	timeout := func(context.Context, transfer) (transfer, error) { return transfer{}, errors.New("rail timed out") }
+	_, _, err := l.Submit(ctx, "", "req-1", req, timeout)
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	require.NoError(t, l.Release(ctx, "", "req-1", 0), "Release after the failed send")
+	require.Panics(t, func() {
+		_, _, _ = l.Submit(ctx, "", "req-1", req, func(context.Context, transfer) (transfer, error) { panic("rail bug") })
+	})
+	require.NoError(t, l.Release(ctx, "", "req-1", 0), "Release after the panic")
+	sent := transfer{ID: "w-1", TxHash: "0xtx"}
+	out, _, err := l.Submit(ctx, "", "req-1", req, func(context.Context, transfer) (transfer, error) { return sent, nil })
+	require.NoError(t, err)
+	require.Equal(t, sent, out)
+	found := transfer{ID: "w-2", TxHash: "0xfound"}
+	require.NoError(t, l.Resolve(ctx, "", "req-2", 0, found), "Resolve under a fresh key")
+	out, replayed, err := l.Submit(ctx, "", "req-2", transfer{ID: "w-2"}, nil)
+	require.NoError(t, err)
+	require.True(t, replayed)
+	require.Equal(t, found, out)
+	require.ErrorIs(t, l.Release(ctx, "", "req-1", 0), driver.ErrIdempotencyConflict)
+	_, _, err = l.Submit(ctx, "", "req-3", req, nil)
+	require.ErrorIs(t, err, driver.ErrIdempotencyConflict)
+
+	// A Settle that panics, once: the key stays in flight, and nobody sends
+	// it any more, so it may be released.
+	st.armed = true
+	require.Panics(t, func() { _, _, _ = l.Submit(ctx, "", "req-4", transfer{ID: "w-4"}, nil) })
+	require.NoError(t, l.Release(ctx, "", "req-4", 0), "Release after the store panicked")
+
+	g := l.tracker.(*tracked[transfer])
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	assert.Empty(t, g.claiming, "keys still being claimed once every call has returned")
+	assert.Empty(t, g.sending, "claims still being sent once every call has returned")
+}
