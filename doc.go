@@ -16,30 +16,27 @@
 // A send that ends without an answer (ErrOutcomeUnknown), or whose answer
 // cannot be recorded (ErrOutcomeNotRecorded), leaves its key claimed, because
 // an error from a rail does not prove that no money moved. The key is refused
-// with ErrSubmissionInFlight until an operator closes it: Resolve records
-// what was found on the rail, Release says that nothing was sent. Admin lists
-// the keys in flight across tenants, closes one listed claim by its token,
-// and reconciles them from the rail's evidence, never on a timer. Admin.Prune
-// drops the outcomes settled before a horizon and keeps a tombstone of each
-// key and its claim, so a pruned withdrawal is never sent again (ErrPruned);
-// choose a horizon longer than any client's retry window. Every error
-// belongs to one of three classes, told apart with errors.Is: refused
-// (nothing sent), failed before sending (ErrStoreFailed), or money may have
-// moved; the README has the table of what to do after each.
+// with ErrSubmissionInFlight until someone closes it from the rail's
+// evidence: Resolve records what was found, Release says that nothing was
+// sent. Every error belongs to one of three classes, told apart with
+// errors.Is: refused (this call sent nothing), failed before sending
+// (ErrStoreFailed), or money may have moved; docs/errors.md has the table of
+// what to do after each.
 //
 // The claim is only as strong as the withdrawal id: it must be assigned by the
 // service when the withdrawal is created, never minted by the client, and the
 // ledger must be the only path to a send.
 //
 // Keys and claims are per tenant: Tenant returns a view of the ledger in one
-// tenant, cheap to make per request, so that one tenant's clients never see
-// another's outcomes or holders. SubmitOrReplay tells a replay from a send;
-// the idemhttp package serves a ledger over HTTP with the Idempotency-Key
-// field.
+// tenant, cheap to make per request. Wait blocks until a key in flight has an
+// outcome. The idemhttp package serves a ledger over HTTP with the
+// Idempotency-Key field.
 //
-// A ledger keeps its state in a Store. New keeps it in memory, where the
-// guarantees hold within one process; NewWithStore takes any other, such as
+// A ledger keeps its state in a store: in memory (New), where the guarantees
+// hold within one process, or any driver.Store given to NewWithStore, such as
 // the PostgreSQL store of the pgstore module, where they hold across every
-// instance that shares it. The storetest package is the conformance suite a
-// Store must pass.
+// instance that shares it. The other doors are packages of their own: admin
+// for operators (Admin: the keys in flight, reconciling them with the rail,
+// pruning), driver and storetest for those who write a store, observe for
+// metrics (WithObserver).
 package submissions

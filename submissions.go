@@ -145,7 +145,7 @@ func (s *Submissions[R]) SubmitOrReplay(ctx context.Context, key string, req R,
 // recorded; a Resolve again finds it unknown, or claimed anew.
 //
 // Two outcomes are the same when their encoding/json encodings hold equal
-// JSON values (see the README).
+// JSON values (see docs/rules.md).
 func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) error {
 	if s.tenantErr != nil {
 		return s.tenantErr
@@ -191,7 +191,7 @@ func (s *Submissions[R]) Outcome(ctx context.Context, key string) (outcome R, ok
 // driver.Abandoner, as the memory store and pgstore are); and from the
 // memory store for every ledger on it. A claim in flight is otherwise waited
 // for until it is settled, released or abandoned, whichever ledger closes
-// it (see the README).
+// it (see docs/rules.md).
 func (s *Submissions[R]) Wait(ctx context.Context, key string) (R, error) {
 	if s.tenantErr != nil {
 		var zero R

@@ -18,9 +18,10 @@ import (
 	"github.com/idemledger/submissions/internal/ledgertest"
 )
 
-// The rules of the ledger are tested by storetest, against the memory store
-// as New uses it and again behind the Store interface, as the ledger runs any
-// other store. This file has the tests of what is the root package's alone.
+// The rules of the ledger are tested by internal/ledgertest, against the
+// memory store as New uses it here, and again behind the bare Store
+// interface in internal/engine's tests. This file has the tests of what is
+// the root package's alone.
 
 var (
 	bg    = context.Background()
@@ -44,13 +45,6 @@ func memory(*testing.T) driver.Store[withdrawal] {
 
 func TestMemoryStore(t *testing.T) {
 	ledgertest.Run(t, memory)
-}
-
-func TestMemoryStoreBehindTheStoreInterface(t *testing.T) {
-	ledgertest.Run(t, func(t *testing.T) driver.Store[withdrawal] {
-		st := memory(t)
-		return opaque{st, st.(driver.Lister), st.(driver.Pruner), st.(driver.Abandoner)}
-	})
 }
 
 func newWithdrawal(id string) withdrawal {

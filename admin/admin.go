@@ -358,7 +358,7 @@ const DefaultPruneBatch = 1000
 // tombstone keeps the request key and its claim of the withdrawal, so that
 // neither is ever sent again; its fingerprint and outcome are dropped: a
 // later call on the key, or on the withdrawal under another key, gets
-// ErrPruned (see the README for the horizon to choose). Each pruned record is
+// ErrPruned (see docs/operations.md for the horizon to choose). Each pruned record is
 // reported to the observer as EventPruned.
 //
 // It returns ErrNotSupported when the store is not a Pruner; ctx's error,

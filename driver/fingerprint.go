@@ -10,10 +10,10 @@ import (
 // Limits on what a ledger accepts, in bytes of the input as given. Every
 // store holds values up to these sizes.
 const (
-	MaxTenantLen       = 64               // a tenant id
-	MaxKeyLen          = 255              // a request key, after trimming
-	MaxWithdrawalIDLen = 255              // Fingerprint.WithdrawalID
-	MaxDestinationLen  = 1024             // Fingerprint.Destination
+	MaxTenantLen       = 64                 // a tenant id
+	MaxKeyLen          = 255                // a request key, after trimming
+	MaxWithdrawalIDLen = 255                // Fingerprint.WithdrawalID
+	MaxDestinationLen  = 1024               // Fingerprint.Destination
 	MaxAmountLen       = valid.MaxAmountLen // Fingerprint.Amount
 )
 

@@ -45,7 +45,7 @@
 //     as it is.
 //
 // Spaces at either end of a key are dropped, as the ledger drops them, so
-// " k " and "k" are one key. The key must be 1 to submissions.MaxKeyLen bytes,
+// " k " and "k" are one key. The key must be 1 to driver.MaxKeyLen bytes,
 // and the field value at most MaxFieldLen bytes. Everything else is refused
 // with an error wrapping submissions.ErrInvalidKey: no field
 // (ErrKeyMissing), more than one field line (ErrKeyRepeated), a comma outside

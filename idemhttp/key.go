@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/driver"
 )
 
 // The header fields of the Idempotency-Key protocol.
@@ -15,9 +16,9 @@ const (
 )
 
 // MaxFieldLen is the longest Idempotency-Key field value Key reads, in bytes
-// as received: room for a key of submissions.MaxKeyLen bytes with every byte
+// as received: room for a key of driver.MaxKeyLen bytes with every byte
 // escaped, its quotes and white space around it.
-const MaxFieldLen = 2*submissions.MaxKeyLen + 64
+const MaxFieldLen = 2*driver.MaxKeyLen + 64
 
 // The errors of Key, one for each way an Idempotency-Key field is wrong. Each
 // wraps submissions.ErrInvalidKey; ErrKeyMalformed is wrapped again with
@@ -82,7 +83,7 @@ func Key(h http.Header) (string, error) {
 	switch {
 	case key == "":
 		return "", ErrKeyEmpty
-	case len(key) > submissions.MaxKeyLen:
+	case len(key) > driver.MaxKeyLen:
 		return "", ErrKeyTooLong
 	}
 	return key, nil

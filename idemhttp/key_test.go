@@ -9,12 +9,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/driver"
 	"github.com/idemledger/submissions/idemhttp"
 )
 
 func TestKey(t *testing.T) {
 	uuid := "8e03978e-40d5-43e8-bc93-6894a57f9324"
-	atLimit := strings.Repeat("k", submissions.MaxKeyLen)
+	atLimit := strings.Repeat("k", driver.MaxKeyLen)
 	overLimit := atLimit + "k"
 	tests := []struct {
 		name   string
@@ -36,7 +37,7 @@ func TestKey(t *testing.T) {
 		{"spaces inside the quotes", []string{`"  k1 "`}, "k1", nil, ""},
 		{"quoted at the limit", []string{`"` + atLimit + `"`}, atLimit, nil, ""},
 		{"bare at the limit", []string{atLimit}, atLimit, nil, ""},
-		{"escaped at the limit", []string{`"` + strings.Repeat(`\\`, submissions.MaxKeyLen) + `"`}, strings.Repeat(`\`, submissions.MaxKeyLen), nil, ""},
+		{"escaped at the limit", []string{`"` + strings.Repeat(`\\`, driver.MaxKeyLen) + `"`}, strings.Repeat(`\`, driver.MaxKeyLen), nil, ""},
 
 		{"missing", nil, "", idemhttp.ErrKeyMissing, "Idempotency-Key is missing"},
 		{"two field lines", []string{"k1", "k1"}, "", idemhttp.ErrKeyRepeated, "Idempotency-Key is repeated"},
@@ -94,7 +95,7 @@ func TestKey(t *testing.T) {
 // Every key Key returns is one the ledger takes as it is.
 func TestKeyIsALedgerKey(t *testing.T) {
 	ledger := submissions.New[withdrawal](quiet)
-	for i, f := range []string{`"  a b "`, `"\\"`, `"` + strings.Repeat(`\"`, submissions.MaxKeyLen) + `"`, "~"} {
+	for i, f := range []string{`"  a b "`, `"\\"`, `"` + strings.Repeat(`\"`, driver.MaxKeyLen) + `"`, "~"} {
 		key, err := idemhttp.Key(http.Header{idemhttp.KeyHeader: {f}})
 		require.NoError(t, err, f)
 		w := newWithdrawal("wd-" + string(rune('a'+i)))

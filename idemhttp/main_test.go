@@ -9,6 +9,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/driver"
 )
 
 func TestMain(m *testing.M) {
@@ -55,20 +56,20 @@ var errStore = errors.New("store 10.0.0.9: password authentication failed")
 // brokenStore is a Store whose every call fails.
 type brokenStore struct{}
 
-func (brokenStore) Claim(context.Context, string, string, submissions.Fingerprint, *withdrawal) (submissions.Record[withdrawal], bool, error) {
-	return submissions.Record[withdrawal]{}, false, errStore
+func (brokenStore) Claim(context.Context, string, string, driver.Fingerprint, *withdrawal) (driver.Record[withdrawal], bool, error) {
+	return driver.Record[withdrawal]{}, false, errStore
 }
 
-func (brokenStore) Settle(context.Context, string, string, submissions.Token, withdrawal) (submissions.Record[withdrawal], bool, error) {
-	return submissions.Record[withdrawal]{}, false, errStore
+func (brokenStore) Settle(context.Context, string, string, driver.Token, withdrawal) (driver.Record[withdrawal], bool, error) {
+	return driver.Record[withdrawal]{}, false, errStore
 }
 
-func (brokenStore) Release(context.Context, string, string, submissions.Token) (submissions.Record[withdrawal], bool, error) {
-	return submissions.Record[withdrawal]{}, false, errStore
+func (brokenStore) Release(context.Context, string, string, driver.Token) (driver.Record[withdrawal], bool, error) {
+	return driver.Record[withdrawal]{}, false, errStore
 }
 
-func (brokenStore) Lookup(context.Context, string, string) (submissions.Record[withdrawal], bool, error) {
-	return submissions.Record[withdrawal]{}, false, errStore
+func (brokenStore) Lookup(context.Context, string, string) (driver.Record[withdrawal], bool, error) {
+	return driver.Record[withdrawal]{}, false, errStore
 }
 
 func (brokenStore) ClaimedBy(context.Context, string, string) (string, bool, error) {

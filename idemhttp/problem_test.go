@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/driver"
 	"github.com/idemledger/submissions/idemhttp"
 )
 
@@ -34,7 +35,7 @@ var (
 		return submitErr(t, submissions.New[withdrawal](quiet), t.Context(), " ", newWithdrawal("wd-1"), sent)
 	}
 	invalidTenant ledgerError = func(t *testing.T) error {
-		l := submissions.New[withdrawal](quiet).Tenant(strings.Repeat("t", submissions.MaxTenantLen+1))
+		l := submissions.New[withdrawal](quiet).Tenant(strings.Repeat("t", driver.MaxTenantLen+1))
 		return submitErr(t, l, t.Context(), "k1", newWithdrawal("wd-1"), sent)
 	}
 	invalidFingerprint ledgerError = func(t *testing.T) error {

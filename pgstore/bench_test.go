@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/admin"
+	"github.com/idemledger/submissions/driver"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -155,22 +157,22 @@ func BenchmarkPostgresReplay(b *testing.B) {
 func BenchmarkPostgresListInFlight(b *testing.B) {
 	pool := testPool(b, 4)
 	st := millionRows(b, pool)
-	admin := submissions.NewWithStore[w](st, submissions.WithLogger(quiet)).Admin()
+	ops := submissions.NewWithStore[w](st, submissions.WithLogger(quiet)).Admin()
 	conn, err := pool.Acquire(bg)
 	require.NoError(b, err)
 	defer conn.Release()
 	_, err = conn.Exec(bg, "SET enable_indexscan = off; SET enable_indexonlyscan = off; SET enable_bitmapscan = off")
 	require.NoError(b, err)
-	queries := []submissions.InFlightQuery{{Limit: 100}, {Tenants: []string{"tenant-3"}, Limit: 100}}
+	queries := []admin.InFlightQuery{{Limit: 100}, {Tenants: []string{"tenant-3"}, Limit: 100}}
 	ledger := func(i int) {
-		claims, err := admin.InFlight(bg, queries[i%2])
+		claims, err := ops.InFlight(bg, queries[i%2])
 		if err != nil || len(claims) == 0 {
 			b.Fatal(claims, err)
 		}
 	}
 	fullScan := func(i int) {
 		q := queries[i%2]
-		sql, args := listSQL(st.names.table, submissions.ListQuery{Tenants: q.Tenants, Limit: q.Limit})
+		sql, args := listSQL(st.names.table, driver.ListQuery{Tenants: q.Tenants, Limit: q.Limit})
 		rows, err := conn.Query(bg, sql, args...)
 		if err != nil {
 			b.Fatal(err)

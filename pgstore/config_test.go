@@ -68,7 +68,7 @@ func TestMigrateGivesBackItsConnection(t *testing.T) {
 // as no bytes (which would read back as no outcome), is never recorded. A
 // Resolve says so and leaves the key unknown and the withdrawal free; a
 // Submit returns the rail's outcome with ErrOutcomeNotRecorded and the key
-// stays in flight.
+// stays in flight, abandoned.
 func TestOutcomesTheCodecCannotEncode(t *testing.T) {
 	pool := testPool(t, 2)
 	broken := errors.New("codec broken")
@@ -97,6 +97,11 @@ func TestOutcomesTheCodecCannotEncode(t *testing.T) {
 			require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded, "Submit")
 			require.ErrorContains(t, err, c.want, "Submit")
 			require.Equal(t, moved, out, "Submit returns the rail's outcome")
+			rec, ok, err := st.Lookup(bg, "", "req-2")
+			require.NoError(t, err)
+			require.True(t, ok)
+			assert.False(t, rec.Done, "in flight")
+			assert.True(t, rec.Abandoned, "the claim whose answer was not recorded is abandoned")
 			_, err = ledger.Submit(bg, "req-2", newW("w-2"), nil)
 			require.ErrorIs(t, err, submissions.ErrSubmissionInFlight, "Submit again")
 		})

@@ -14,10 +14,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemledger/submissions"
-	"github.com/idemledger/submissions/storetest"
+	"github.com/idemledger/submissions/internal/ledgertest"
 )
 
-type w = storetest.Withdrawal
+type w = ledgertest.Withdrawal
 
 func newW(id string) w {
 	return w{ID: id, Amount: "25.00", Currency: "USDC", Dest: "0x9f2c", State: "approved"}
@@ -114,7 +114,8 @@ func waitForLock(t *testing.T, admin *pgxpool.Pool, pid int) {
 // TestConnectionKilledDuringTheOutcomeWrite: the rail has moved the money,
 // and the connection dies while its UPDATE of the outcome waits on a row lock.
 // Submit returns the outcome with ErrOutcomeNotRecorded; the key stays in
-// flight; nothing is sent again.
+// flight, abandoned, so that a Wait says the outcome is unknown; nothing is
+// sent again.
 func TestConnectionKilledDuringTheOutcomeWrite(t *testing.T) {
 	pool := testPool(t, 1) // one connection: the claim's, then the outcome's
 	admin := testPool(t, 2)
@@ -146,6 +147,15 @@ func TestConnectionKilledDuringTheOutcomeWrite(t *testing.T) {
 	<-killed
 	require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded, "Submit")
 	require.Equal(t, sent(x, "0xmoved"), out, "Submit returns the rail's outcome")
+	rec, ok, err := st.Lookup(bg, "", "req-1")
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.False(t, rec.Done, "in flight")
+	assert.True(t, rec.Abandoned, "abandoned: the outcome's write failed")
+	ctx, cancel := context.WithTimeout(bg, 5*time.Second)
+	defer cancel()
+	_, err = ledger.Wait(ctx, "req-1")
+	require.ErrorIs(t, err, submissions.ErrOutcomeUnknown, "Wait")
 	again := func(context.Context, w) (w, error) { sends.Add(1); return w{}, errors.New("sent twice") }
 	_, err = ledger.Submit(bg, "req-1", x, again)
 	require.ErrorIs(t, err, submissions.ErrSubmissionInFlight, "retry")

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/driver"
 )
 
 // atLimit returns text of exactly n bytes, valid UTF-8, made of lead and then
@@ -37,22 +38,22 @@ func TestValuesAtTheLedgersLimits(t *testing.T) {
 	ledger := submissions.NewWithStore[w](newTestStore[w](t, pool), submissions.WithLogger(quiet))
 	runes := []string{"é", "€", "𝄞", "日"} // 2, 3, 4 and 3 bytes
 	big := func(i int, lead string) (string, w) {
-		key := atLimit(submissions.MaxKeyLen, lead+"-key-", runes[i%len(runes):]...)
+		key := atLimit(driver.MaxKeyLen, lead+"-key-", runes[i%len(runes):]...)
 		x := w{
-			ID:       atLimit(submissions.MaxWithdrawalIDLen, lead+"-id-", runes[i%len(runes):]...),
-			Amount:   strings.Repeat("9", submissions.MaxAmountLen-3) + ".50",
+			ID:       atLimit(driver.MaxWithdrawalIDLen, lead+"-id-", runes[i%len(runes):]...),
+			Amount:   strings.Repeat("9", driver.MaxAmountLen-3) + ".50",
 			Currency: "ABCDEFGHIJ12",
-			Dest:     atLimit(submissions.MaxDestinationLen, lead+"-dest-", runes[i%len(runes):]...),
+			Dest:     atLimit(driver.MaxDestinationLen, lead+"-dest-", runes[i%len(runes):]...),
 			State:    "approved",
 		}
 		return key, x
 	}
 	for i, lead := range []string{"a", "b", "c", "d"} {
 		key, x := big(i, lead)
-		require.Len(t, key, submissions.MaxKeyLen)
-		require.Len(t, x.ID, submissions.MaxWithdrawalIDLen)
-		require.Len(t, x.Dest, submissions.MaxDestinationLen)
-		require.Len(t, x.Amount, submissions.MaxAmountLen)
+		require.Len(t, key, driver.MaxKeyLen)
+		require.Len(t, x.ID, driver.MaxWithdrawalIDLen)
+		require.Len(t, x.Dest, driver.MaxDestinationLen)
+		require.Len(t, x.Amount, driver.MaxAmountLen)
 		require.True(t, utf8.ValidString(key) && utf8.ValidString(x.ID) && utf8.ValidString(x.Dest))
 		require.Greater(t, len(key), utf8.RuneCountInString(key), "the key is multi-byte")
 

@@ -7,28 +7,28 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/driver"
 )
 
-// ListInFlight implements submissions.Lister: one SELECT of the rows without
+// ListInFlight implements driver.Lister: one SELECT of the rows without
 // an outcome, through the in-flight index, which holds those rows only,
 // ordered as the listing is (claimed_at, then tenant and request_key compared
 // byte by byte, as COLLATE "C" does); the settled rows, however many, are
 // never read. ClaimedAt is the row's claimed_at, the database's clock when
-// the claim was made. Sending is false: the Store does not know which claims
-// a ledger is sending (the ledger adds it). Abandoned is abandoned_at set.
-func (s *Store[R]) ListInFlight(ctx context.Context, q submissions.ListQuery) ([]submissions.Claim, error) {
+// the claim was made. Abandoned is abandoned_at set. Which claims a ledger is
+// sending is the ledger's to know, not the Store's.
+func (s *Store[R]) ListInFlight(ctx context.Context, q driver.ListQuery) ([]driver.InFlight, error) {
 	sql, args := listSQL(s.names.table, q)
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, s.translate(err)
 	}
-	claims, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (submissions.Claim, error) {
-		var c submissions.Claim
+	claims, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (driver.InFlight, error) {
+		var c driver.InFlight
 		var token int64
 		err := row.Scan(&c.Tenant, &c.Key, &c.Fingerprint.WithdrawalID, &c.Fingerprint.Amount, &c.Fingerprint.Currency,
 			&c.Fingerprint.Destination, &c.ClaimedAt, &token, &c.Abandoned)
-		c.Token = submissions.Token(token)
+		c.Token = driver.Token(token)
 		return c, err
 	})
 	if err != nil {
@@ -41,7 +41,7 @@ func (s *Store[R]) ListInFlight(ctx context.Context, q submissions.ListQuery) ([
 // table, and its arguments: a condition only for each part of q that is
 // set, so that every statement is one the in-flight index serves in order,
 // with the page's start (After) as the index's start.
-func listSQL(table string, q submissions.ListQuery) (string, []any) {
+func listSQL(table string, q driver.ListQuery) (string, []any) {
 	var args []any
 	arg := func(v any, typ string) string {
 		args = append(args, v)

@@ -14,9 +14,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/admin"
+	"github.com/idemledger/submissions/driver"
 )
 
-// The listing's own tests; its rules are storetest's (TestConformance).
+// The listing's own tests; its rules are the conformance suites'
+// (TestConformance).
 
 const (
 	settledRows  = 1_000_000
@@ -69,10 +72,10 @@ FROM generate_series(1, $1::int) AS i`,
 
 // listQueries are the shapes of listing a ledger issues: every tenant or
 // some, the first page or a later one, every claim or the older ones.
-func listQueries() map[string]submissions.ListQuery {
-	after := &submissions.Claim{Tenant: "tenant-3", Key: "flight-150", ClaimedAt: time.Now().Add(-150 * 5 * time.Hour / inFlightRows)}
+func listQueries() map[string]driver.ListQuery {
+	after := &driver.InFlight{Tenant: "tenant-3", Key: "flight-150", ClaimedAt: time.Now().Add(-150 * 5 * time.Hour / inFlightRows)}
 	hourAgo := time.Now().Add(-time.Hour)
-	return map[string]submissions.ListQuery{
+	return map[string]driver.ListQuery{
 		"every tenant, first page":          {Limit: 100},
 		"every tenant, older, a later page": {ClaimedBefore: hourAgo, After: after, Limit: 100},
 		"one tenant, first page":            {Tenants: []string{"tenant-3"}, Limit: 100},
@@ -200,11 +203,11 @@ func TestListingIsAnIndexScanOnAMillionRows(t *testing.T) {
 	assert.Less(t, indexed*10, full, "the listing is at least 10 times faster than a full scan")
 
 	// The ledger's pages over the table.
-	admin := submissions.NewWithStore[w](st, submissions.WithLogger(quiet)).Admin()
-	var walk []submissions.Claim
-	var after *submissions.Claim
+	ops := submissions.NewWithStore[w](st, submissions.WithLogger(quiet)).Admin()
+	var walk []admin.Claim
+	var after *admin.Claim
 	for {
-		page, err := admin.InFlight(bg, submissions.InFlightQuery{After: after, Limit: 128})
+		page, err := ops.InFlight(bg, admin.InFlightQuery{After: after, Limit: 128})
 		require.NoError(t, err)
 		walk = append(walk, page...)
 		if len(page) < 128 {
@@ -213,7 +216,7 @@ func TestListingIsAnIndexScanOnAMillionRows(t *testing.T) {
 		after = &page[len(page)-1]
 	}
 	require.Len(t, walk, inFlightRows)
-	require.True(t, slices.IsSortedFunc(walk, func(a, b submissions.Claim) int { return a.ClaimedAt.Compare(b.ClaimedAt) }))
+	require.True(t, slices.IsSortedFunc(walk, func(a, b admin.Claim) int { return a.ClaimedAt.Compare(b.ClaimedAt) }))
 	for i, c := range walk { // the oldest is flight-300
 		require.Equal(t, fmt.Sprint("flight-", inFlightRows-i), c.Key)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/driver"
 )
 
 // attempts bounds the retries of a claim that lost a race it can read the
@@ -17,12 +17,12 @@ import (
 // violation, so one more attempt almost always settles it.
 const attempts = 3
 
-// Claim implements submissions.Store: one INSERT of tenant's row, whose
+// Claim implements driver.Store: one INSERT of tenant's row, whose
 // unique constraints decide; the new row's claim_id, drawn from an identity
 // sequence, is the claim's token. A violation on the key constraint means the
 // key has a row (a retry, or a concurrent claim that won), which is read and
 // returned; a violation on the withdrawal constraint means another key of the
-// tenant holds the withdrawal, reported as a *submissions.ConflictError
+// tenant holds the withdrawal, reported as a *driver.ConflictError
 // naming it. It returns the key's record, token included: new with claimed
 // true, or found with claimed false.
 //
@@ -31,7 +31,7 @@ const attempts = 3
 // reads the row first, a plain SELECT, and inserts only if the row has gone
 // (released through another Store meanwhile). A retry of a key that this
 // Store has not seen costs the INSERT that fails and the read.
-func (s *Store[R]) Claim(ctx context.Context, tenant, key string, fp submissions.Fingerprint, outcome *R) (submissions.Record[R], bool, error) {
+func (s *Store[R]) Claim(ctx context.Context, tenant, key string, fp driver.Fingerprint, outcome *R) (driver.Record[R], bool, error) {
 	if outcome == nil && s.recent.has(tenant, key) {
 		if rec, ok, err := s.Lookup(ctx, tenant, key); err != nil || ok {
 			return rec, false, err
@@ -41,7 +41,7 @@ func (s *Store[R]) Claim(ctx context.Context, tenant, key string, fp submissions
 	if outcome != nil {
 		var err error
 		if encoded, err = s.encode(key, *outcome); err != nil {
-			return submissions.Record[R]{}, false, err
+			return driver.Record[R]{}, false, err
 		}
 	}
 	var err error
@@ -51,7 +51,7 @@ func (s *Store[R]) Claim(ctx context.Context, tenant, key string, fp submissions
 		switch {
 		case err == nil:
 			s.recent.add(tenant, key)
-			rec := submissions.Record[R]{Fingerprint: fp, Done: outcome != nil, Token: submissions.Token(token)}
+			rec := driver.Record[R]{Fingerprint: fp, Done: outcome != nil, Token: driver.Token(token)}
 			if outcome != nil {
 				rec.Outcome = *outcome
 			}
@@ -60,7 +60,7 @@ func (s *Store[R]) Claim(ctx context.Context, tenant, key string, fp submissions
 			rec, found, lerr := s.Lookup(ctx, tenant, key)
 			switch {
 			case lerr != nil:
-				return submissions.Record[R]{}, false, lerr
+				return driver.Record[R]{}, false, lerr
 			case found:
 				s.recent.add(tenant, key)
 				return rec, false, nil
@@ -70,24 +70,24 @@ func (s *Store[R]) Claim(ctx context.Context, tenant, key string, fp submissions
 			rec, found, holder, pruned, herr := s.holder(ctx, tenant, key, fp.WithdrawalID)
 			switch {
 			case herr != nil:
-				return submissions.Record[R]{}, false, herr
+				return driver.Record[R]{}, false, herr
 			case found: // the key was claimed meanwhile, by a request of its own
 				s.recent.add(tenant, key)
 				return rec, false, nil
 			case holder != "" && holder != key:
-				return submissions.Record[R]{}, false, &submissions.ConflictError{Tenant: tenant, Holder: holder, Key: key, WithdrawalID: fp.WithdrawalID, Pruned: pruned}
+				return driver.Record[R]{}, false, &driver.ConflictError{Tenant: tenant, Holder: holder, Key: key, WithdrawalID: fp.WithdrawalID, Pruned: pruned}
 			}
 			continue // released meanwhile: try again
 		}
-		return submissions.Record[R]{}, false, err
+		return driver.Record[R]{}, false, err
 	}
-	return submissions.Record[R]{}, false, fmt.Errorf("pgstore: claim request key %s: still contended after %d attempts: %w", key, attempts, err)
+	return driver.Record[R]{}, false, fmt.Errorf("pgstore: claim request key %s: still contended after %d attempts: %w", key, attempts, err)
 }
 
 // holder reads tenant's record of key, if it has one, and otherwise the key
 // of tenant that holds withdrawalID ("" for none) and whether its record was
 // pruned, both at the same moment.
-func (s *Store[R]) holder(ctx context.Context, tenant, key, withdrawalID string) (rec submissions.Record[R], found bool, holder string, holderPruned bool, err error) {
+func (s *Store[R]) holder(ctx context.Context, tenant, key, withdrawalID string) (rec driver.Record[R], found bool, holder string, holderPruned bool, err error) {
 	var (
 		token                          *int64
 		id, amount, currency, dest, by *string
@@ -98,7 +98,7 @@ func (s *Store[R]) holder(ctx context.Context, tenant, key, withdrawalID string)
 		return rec, false, "", false, s.translate(err)
 	}
 	if token != nil {
-		row := storedRow{token: *token, fp: submissions.Fingerprint{WithdrawalID: *id, Amount: *amount, Currency: *currency, Destination: *dest}, outcome: outcome, pruned: pruned, abandoned: abandoned}
+		row := storedRow{token: *token, fp: driver.Fingerprint{WithdrawalID: *id, Amount: *amount, Currency: *currency, Destination: *dest}, outcome: outcome, pruned: pruned, abandoned: abandoned}
 		rec, err = s.record(key, row)
 		return rec, err == nil, "", false, err
 	}
@@ -124,71 +124,72 @@ func (s *Store[R]) encode(key string, outcome R) ([]byte, error) {
 // storedRow is a row as scanned, before its outcome is decoded.
 type storedRow struct {
 	token   int64 // claim_id
-	fp      submissions.Fingerprint
+	fp      driver.Fingerprint
 	outcome []byte // nil while in flight
 	pruned  bool   // a tombstone: only the token and withdrawal id are kept
 	// abandoned: abandoned_at is set (which a settled row ignores)
 	abandoned bool
 }
 
-func (s *Store[R]) record(key string, row storedRow) (submissions.Record[R], error) {
+func (s *Store[R]) record(key string, row storedRow) (driver.Record[R], error) {
 	if row.pruned {
-		return submissions.Record[R]{Fingerprint: submissions.Fingerprint{WithdrawalID: row.fp.WithdrawalID}, Done: true,
-			Token: submissions.Token(row.token), Pruned: true}, nil
+		return driver.Record[R]{Fingerprint: driver.Fingerprint{WithdrawalID: row.fp.WithdrawalID}, Done: true,
+			Token: driver.Token(row.token), Pruned: true}, nil
 	}
-	rec := submissions.Record[R]{Fingerprint: row.fp, Done: row.outcome != nil, Token: submissions.Token(row.token), Abandoned: row.abandoned && row.outcome == nil}
+	rec := driver.Record[R]{Fingerprint: row.fp, Done: row.outcome != nil, Token: driver.Token(row.token), Abandoned: row.abandoned && row.outcome == nil}
 	if rec.Done {
 		if err := s.codec.Unmarshal(row.outcome, &rec.Outcome); err != nil {
-			return submissions.Record[R]{}, fmt.Errorf("pgstore: decode the outcome of request key %s: %w", key, err)
+			return driver.Record[R]{}, fmt.Errorf("pgstore: decode the outcome of request key %s: %w", key, err)
 		}
 	}
 	return rec, nil
 }
 
-// Settle implements submissions.Store: one UPDATE that writes outcome on
+// Settle implements driver.Store: one UPDATE that writes outcome on
 // tenant's row of key and token while it has no outcome, and returns the settled
 // record. When it matches nothing, a read tells why: the claim is done (its
 // record, settled false) or gone (the zero Record).
-func (s *Store[R]) Settle(ctx context.Context, tenant, key string, token submissions.Token, outcome R) (submissions.Record[R], bool, error) {
+func (s *Store[R]) Settle(ctx context.Context, tenant, key string, token driver.Token, outcome R) (driver.Record[R], bool, error) {
 	encoded, err := s.encode(key, outcome)
 	if err != nil {
-		return submissions.Record[R]{}, false, err
+		return driver.Record[R]{}, false, err
 	}
-	var fp submissions.Fingerprint
+	var fp driver.Fingerprint
 	err = s.pool.QueryRow(ctx, s.sql.settle, tenant, key, int64(token), encoded).Scan(&fp.WithdrawalID, &fp.Amount, &fp.Currency, &fp.Destination, nil)
 	switch {
 	case err == nil:
-		return submissions.Record[R]{Fingerprint: fp, Outcome: outcome, Done: true, Token: token}, true, nil
+		return driver.Record[R]{Fingerprint: fp, Outcome: outcome, Done: true, Token: token}, true, nil
 	case !errors.Is(err, pgx.ErrNoRows):
-		return submissions.Record[R]{}, false, s.translate(err)
+		return driver.Record[R]{}, false, s.translate(err)
 	}
 	return s.claimDone(ctx, tenant, key, token)
 }
 
-// Release implements submissions.Store: one DELETE of tenant's row of key and
-// token while it has no outcome, which returns the deleted record; the claim
-// on the withdrawal is the same row, so it goes with it. When it matches
+// Release implements driver.Store: one DELETE of tenant's row of key and
+// token while it has no outcome, which returns the deleted record, Abandoned
+// if it was; the claim on the withdrawal is the same row, so it goes with it. When it matches
 // nothing, a read tells why: the claim is done (its record, released false)
 // or gone (the zero Record).
-func (s *Store[R]) Release(ctx context.Context, tenant, key string, token submissions.Token) (submissions.Record[R], bool, error) {
-	var fp submissions.Fingerprint
-	err := s.pool.QueryRow(ctx, s.sql.release, tenant, key, int64(token)).Scan(&fp.WithdrawalID, &fp.Amount, &fp.Currency, &fp.Destination, nil)
+func (s *Store[R]) Release(ctx context.Context, tenant, key string, token driver.Token) (driver.Record[R], bool, error) {
+	var fp driver.Fingerprint
+	var abandoned bool
+	err := s.pool.QueryRow(ctx, s.sql.release, tenant, key, int64(token)).Scan(&fp.WithdrawalID, &fp.Amount, &fp.Currency, &fp.Destination, &abandoned, nil)
 	switch {
 	case err == nil:
 		s.recent.forget(tenant, key) // its next claim is most likely a fresh one
-		return submissions.Record[R]{Fingerprint: fp, Token: token}, true, nil
+		return driver.Record[R]{Fingerprint: fp, Token: token, Abandoned: abandoned}, true, nil
 	case !errors.Is(err, pgx.ErrNoRows):
-		return submissions.Record[R]{}, false, s.translate(err)
+		return driver.Record[R]{}, false, s.translate(err)
 	}
 	return s.claimDone(ctx, tenant, key, token)
 }
 
-// Abandon implements submissions.Abandoner: one UPDATE that sets abandoned_at
+// Abandon implements driver.Abandoner: one UPDATE that sets abandoned_at
 // on tenant's row of key and token while it has no outcome, notifying the
 // claim's waiters in the same statement as Settle and Release do. A row that
 // is done or gone changes nothing. Only a send that ends without an answer
 // pays for it.
-func (s *Store[R]) Abandon(ctx context.Context, tenant, key string, token submissions.Token) error {
+func (s *Store[R]) Abandon(ctx context.Context, tenant, key string, token driver.Token) error {
 	if _, err := s.pool.Exec(ctx, s.sql.abandon, tenant, key, int64(token)); err != nil {
 		return s.translate(err)
 	}
@@ -198,21 +199,21 @@ func (s *Store[R]) Abandon(ctx context.Context, tenant, key string, token submis
 // claimDone is the answer of a Settle or Release that matched no row: key's
 // record if it is token's claim (which, having been in flight under a token
 // its caller holds, can only be done now), and otherwise the zero Record.
-func (s *Store[R]) claimDone(ctx context.Context, tenant, key string, token submissions.Token) (submissions.Record[R], bool, error) {
+func (s *Store[R]) claimDone(ctx context.Context, tenant, key string, token driver.Token) (driver.Record[R], bool, error) {
 	rec, ok, err := s.Lookup(ctx, tenant, key)
 	if err != nil || !ok || rec.Token != token {
-		return submissions.Record[R]{}, false, err
+		return driver.Record[R]{}, false, err
 	}
 	return rec, false, nil
 }
 
-// Lookup implements submissions.Store: one SELECT of tenant's row of key, returned as
+// Lookup implements driver.Store: one SELECT of tenant's row of key, returned as
 // its record with its token, or ok false when key has none.
-func (s *Store[R]) Lookup(ctx context.Context, tenant, key string) (submissions.Record[R], bool, error) {
+func (s *Store[R]) Lookup(ctx context.Context, tenant, key string) (driver.Record[R], bool, error) {
 	return s.lookupOn(ctx, s.pool, tenant, key)
 }
 
-// ClaimedBy implements submissions.Store: one SELECT of the key whose row of
+// ClaimedBy implements driver.Store: one SELECT of the key whose row of
 // tenant holds withdrawalID, or ok false when none does.
 func (s *Store[R]) ClaimedBy(ctx context.Context, tenant, withdrawalID string) (string, bool, error) {
 	var key string
@@ -268,14 +269,14 @@ func (r *recentKeys) add(tenant, key string) {
 	r.new[tenantKey{tenant, key}] = struct{}{}
 }
 
-// Prune implements submissions.Pruner: one UPDATE that turns up to limit
+// Prune implements driver.Pruner: one UPDATE that turns up to limit
 // settled rows, settled before before, into tombstones, oldest first through
 // the prunable index (which holds the settled rows not pruned yet), and
 // returns them. A tombstone stays in the table, so that its unique
 // constraints keep refusing the key and the withdrawal; its amount, currency,
 // destination and outcome are emptied. Rows in flight are never read, and
 // rows another Prune is pruning are skipped.
-func (s *Store[R]) Prune(ctx context.Context, before time.Time, limit int) ([]submissions.PrunedRecord, error) {
+func (s *Store[R]) Prune(ctx context.Context, before time.Time, limit int) ([]driver.PrunedRecord, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
@@ -283,8 +284,8 @@ func (s *Store[R]) Prune(ctx context.Context, before time.Time, limit int) ([]su
 	if err != nil {
 		return nil, s.translate(err)
 	}
-	pruned, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (submissions.PrunedRecord, error) {
-		var p submissions.PrunedRecord
+	pruned, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (driver.PrunedRecord, error) {
+		var p driver.PrunedRecord
 		err := row.Scan(&p.Tenant, &p.Key, &p.WithdrawalID)
 		return p, err
 	})

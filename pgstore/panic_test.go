@@ -30,8 +30,9 @@ func (panicky) Unmarshal([]byte, any) error { panic("the codec's Unmarshal panic
 // TestACodecThatPanicsLeavesNoConnectionTaken: an outcome whose encoding
 // panics, in a Resolve (Claim) or in the record of a send's answer (Settle),
 // and a codec whose decoding panics, in a read: the panic goes on to the
-// caller, and the pool's one connection is back, outside any transaction.
-// The ledger goes on working.
+// caller, and the pool's one connection is back, outside any transaction; a
+// send whose Settle panicked leaves its claim abandoned. The ledger goes on
+// working.
 func TestACodecThatPanicsLeavesNoConnectionTaken(t *testing.T) {
 	admin := testPool(t, 1)
 	pool := testPool(t, 1) // one connection: a leaked one would hold up every later call
@@ -64,6 +65,10 @@ func TestACodecThatPanicsLeavesNoConnectionTaken(t *testing.T) {
 		_, _ = ledger.Submit(ctx, "req-2", x, func(context.Context, touchy) (touchy, error) { return boom("w-2"), nil })
 	}, "Submit")
 	free("a Settle whose encoding panicked")
+	rec, ok, err := st.Lookup(ctx, "", "req-2")
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.True(t, rec.Abandoned, "the claim whose Settle panicked is abandoned")
 	_, err = ledger.Submit(ctx, "req-2", x, nil)
 	require.ErrorIs(t, err, submissions.ErrSubmissionInFlight, "the key stays claimed")
 	require.NoError(t, ledger.Release(ctx, "req-2"), "Release once the send has ended")

@@ -11,8 +11,8 @@ import (
 	"github.com/idemledger/submissions"
 )
 
-// The retention rules are storetest's (TestConformance); these are Prune's
-// plan and cost on a big table.
+// The retention rules are the conformance suites' (TestConformance); these
+// are Prune's plan and cost on a big table.
 
 // requirePrunableIndexScan stops t unless the plan finds the rows to prune
 // through the prunable index, with no sequential scan and no sort.

@@ -25,9 +25,13 @@
 // uses an advisory lock.
 //
 // The table holds every tenant id, key, withdrawal id, destination and amount
-// the ledger accepts, up to its limits (submissions.MaxTenantLen,
-// submissions.MaxKeyLen and the others), on a database whose encoding is
-// UTF8.
+// the ledger accepts, up to its limits (driver.MaxTenantLen, driver.MaxKeyLen
+// and the others), on a database whose encoding is UTF8.
+//
+// A Store is a driver.Store, and a driver.Lister, driver.Waiter,
+// driver.Abandoner and driver.Pruner. It is neither a driver.Tracker nor a
+// driver.Replayer: the sends under way are a process's own, and each ledger
+// keeps the marks of its sends in its memory.
 package pgstore
 
 import (
@@ -42,8 +46,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/idemledger/submissions"
 )
 
 //go:embed schema.sql
@@ -55,7 +57,7 @@ const DefaultTable = "submissions"
 // Store keeps a ledger's records and claims in one PostgreSQL table. It is
 // safe for concurrent use, and several Stores, in several processes, may share
 // one table.
-type Store[R submissions.Fingerprinter] struct {
+type Store[R any] struct {
 	pool   *pgxpool.Pool
 	codec  Codec
 	names  names
@@ -127,7 +129,7 @@ var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
 // New returns a Store over pool, or an error for a nil pool, a nil codec or
 // a table name WithTable refuses. It does not touch the database; call
 // Migrate to create the table, or run the statements of Schema.
-func New[R submissions.Fingerprinter](pool *pgxpool.Pool, opts ...Option) (*Store[R], error) {
+func New[R any](pool *pgxpool.Pool, opts ...Option) (*Store[R], error) {
 	if pool == nil {
 		return nil, errors.New("pgstore: nil pool")
 	}
@@ -252,8 +254,8 @@ WHERE tenant = $1 AND request_key = $2 AND claim_id = $3 AND outcome IS NULL
 RETURNING ` + fpCols + `)
 SELECT ` + fpCols + `, ` + notify + ` FROM settled`,
 		release: `WITH released AS (DELETE FROM ` + table + ` WHERE tenant = $1 AND request_key = $2 AND claim_id = $3 AND outcome IS NULL
-RETURNING ` + fpCols + `)
-SELECT ` + fpCols + `, ` + notify + ` FROM released`,
+RETURNING ` + fpCols + `, abandoned_at IS NOT NULL AS abandoned)
+SELECT ` + fpCols + `, abandoned, ` + notify + ` FROM released`,
 		// Abandoning a claim in flight marks its row, and notifies its
 		// waiters as settling and releasing do.
 		abandon: `WITH abandoned AS (UPDATE ` + table + ` SET abandoned_at = now()

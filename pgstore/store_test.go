@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/driver"
+	"github.com/idemledger/submissions/internal/ledgertest"
 	"github.com/idemledger/submissions/storetest"
 )
 
@@ -165,10 +167,29 @@ func TestTranslateLeavesOtherErrorsAlone(t *testing.T) {
 	}
 }
 
-var _ submissions.Store[withdrawal] = (*Store[withdrawal])(nil)
+// A Store answers the driver's optional calls but the two a process answers
+// best alone.
+var (
+	_ driver.Store[withdrawal]  = (*Store[withdrawal])(nil)
+	_ driver.Lister             = (*Store[withdrawal])(nil)
+	_ driver.Waiter[withdrawal] = (*Store[withdrawal])(nil)
+	_ driver.Abandoner          = (*Store[withdrawal])(nil)
+	_ driver.Pruner             = (*Store[withdrawal])(nil)
+)
+
+// TestNeitherATrackerNorAReplayer: the sends under way and the outcomes a
+// process remembers are each process's own, not the table's: a ledger on a
+// Store keeps its marks of its own sends, and checks every retry in the table.
+func TestNeitherATrackerNorAReplayer(t *testing.T) {
+	var st any = (*Store[withdrawal])(nil)
+	_, tracker := st.(driver.Tracker[withdrawal])
+	assert.False(t, tracker, "a driver.Tracker")
+	_, replayer := st.(driver.Replayer[withdrawal])
+	assert.False(t, replayer, "a driver.Replayer")
+}
 
 // newTestStore returns a migrated store on a table of t's own.
-func newTestStore[R submissions.Fingerprinter](t testing.TB, pool *pgxpool.Pool) *Store[R] {
+func newTestStore[R any](t testing.TB, pool *pgxpool.Pool) *Store[R] {
 	t.Helper()
 	s, err := New[R](pool, WithTable(testTable(t, pool)))
 	require.NoError(t, err)
@@ -176,10 +197,25 @@ func newTestStore[R submissions.Fingerprinter](t testing.TB, pool *pgxpool.Pool)
 	return s
 }
 
+// TestConformance runs the two suites over PostgreSQL: store, the driver
+// contract called directly, through two Stores on one table, each with a
+// pool of its own, as two processes would have; and ledger, the ledger's rules
+// over a Store.
 func TestConformance(t *testing.T) {
 	pool := testPool(t, 32)
-	storetest.Run(t, func(t *testing.T) submissions.Store[storetest.Withdrawal] {
-		return newTestStore[storetest.Withdrawal](t, pool)
+	t.Run("store", func(t *testing.T) {
+		other := testPool(t, 32)
+		storetest.Run(t, func(t *testing.T) (a, b driver.Store[storetest.Withdrawal]) {
+			st := newTestStore[storetest.Withdrawal](t, pool)
+			twin, err := New[storetest.Withdrawal](other, WithTable(st.names.base))
+			require.NoError(t, err)
+			return st, twin
+		})
+	})
+	t.Run("ledger", func(t *testing.T) {
+		ledgertest.Run(t, func(t *testing.T) driver.Store[ledgertest.Withdrawal] {
+			return newTestStore[ledgertest.Withdrawal](t, pool)
+		})
 	})
 }
 

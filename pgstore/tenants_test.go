@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/driver"
 )
 
 // tenantRows returns the table's rows as "tenant/key/withdrawal", sorted.
@@ -112,7 +113,7 @@ func TestTenantsShareATable(t *testing.T) {
 		require.True(t, claimed)
 		require.NotEqual(t, a.Token, b.Token)
 
-		var zero submissions.Record[w]
+		var zero driver.Record[w]
 		rec, settled, err := st.Settle(bg, "acme", "req-3", a.Token, sent(y, "0xwrong"))
 		require.NoError(t, err)
 		assert.False(t, settled, "Settle in acme under the default tenant's token")
@@ -125,7 +126,7 @@ func TestTenantsShareATable(t *testing.T) {
 		rec, released, err = st.Release(bg, "", "req-3", a.Token)
 		require.NoError(t, err)
 		assert.True(t, released)
-		assert.Equal(t, submissions.Record[w]{Fingerprint: y.Fingerprint(), Token: a.Token}, rec)
+		assert.Equal(t, driver.Record[w]{Fingerprint: y.Fingerprint(), Token: a.Token}, rec)
 		still, ok, err := st.Lookup(bg, "acme", "req-3")
 		require.NoError(t, err)
 		require.True(t, ok, "acme's claim outlives the default tenant's release")
@@ -141,7 +142,7 @@ func TestTenantsShareATable(t *testing.T) {
 		rec, settled, err = st.Settle(bg, "acme", "req-3", b.Token, sent(y, "0xacme"))
 		require.NoError(t, err)
 		assert.True(t, settled)
-		assert.Equal(t, submissions.Record[w]{Fingerprint: y.Fingerprint(), Outcome: sent(y, "0xacme"), Done: true, Token: b.Token}, rec)
+		assert.Equal(t, driver.Record[w]{Fingerprint: y.Fingerprint(), Outcome: sent(y, "0xacme"), Done: true, Token: b.Token}, rec)
 		_, ok, err = st.Lookup(bg, "", "req-3")
 		require.NoError(t, err)
 		assert.False(t, ok, "acme's settle makes no row in the default tenant")
@@ -289,8 +290,8 @@ func TestATenantAtTheLimit(t *testing.T) {
 	pool := testPool(t, 2)
 	st := newTestStore[w](t, pool)
 	ledger := submissions.NewWithStore[w](st, submissions.WithLogger(quiet))
-	tenant := atLimit(submissions.MaxTenantLen, "t-", "é", "€", "𝄞", "日")
-	require.Len(t, tenant, submissions.MaxTenantLen)
+	tenant := atLimit(driver.MaxTenantLen, "t-", "é", "€", "𝄞", "日")
+	require.Len(t, tenant, driver.MaxTenantLen)
 	require.True(t, utf8.ValidString(tenant))
 	require.Greater(t, len(tenant), utf8.RuneCountInString(tenant), "the tenant is multi-byte")
 	view := ledger.Tenant(tenant)
@@ -326,7 +327,7 @@ func TestATenantAtTheLimit(t *testing.T) {
 			dropLast(strings.Replace(tenant, "é", "e\u0301", 1)), // the accent decomposed
 		} {
 			require.NotEqual(t, tenant, other)
-			require.LessOrEqual(t, len(other), submissions.MaxTenantLen, "tenant %q", other)
+			require.LessOrEqual(t, len(other), driver.MaxTenantLen, "tenant %q", other)
 			_, ok, err := ledger.Tenant(other).Outcome(bg, "req-1")
 			require.NoError(t, err, "tenant %q", other)
 			assert.False(t, ok, "tenant %q sees the key", other)

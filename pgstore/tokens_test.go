@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/driver"
 )
 
 // TestClaimTokens: every claim of a key has a token no earlier claim of the
@@ -20,7 +21,7 @@ func TestClaimTokens(t *testing.T) {
 	st := newTestStore[w](t, pool)
 	x := newW("w-1")
 	fp := x.Fingerprint()
-	var zero submissions.Record[w]
+	var zero driver.Record[w]
 
 	first, claimed, err := st.Claim(bg, "", "req-1", fp, nil)
 	require.NoError(t, err)
@@ -47,7 +48,7 @@ func TestClaimTokens(t *testing.T) {
 	rec, released, err = st.Release(bg, "", "req-1", first.Token)
 	require.NoError(t, err)
 	assert.True(t, released)
-	assert.Equal(t, submissions.Record[w]{Fingerprint: fp, Token: first.Token}, rec)
+	assert.Equal(t, driver.Record[w]{Fingerprint: fp, Token: first.Token}, rec)
 
 	second, claimed, err := st.Claim(bg, "", "req-1", fp, nil)
 	require.NoError(t, err)
@@ -69,7 +70,7 @@ func TestClaimTokens(t *testing.T) {
 	assert.Equal(t, second, now, "the second claim is untouched, in flight")
 
 	answer = sent(x, "0xsecond")
-	done := submissions.Record[w]{Fingerprint: fp, Outcome: answer, Done: true, Token: second.Token}
+	done := driver.Record[w]{Fingerprint: fp, Outcome: answer, Done: true, Token: second.Token}
 	rec, settled, err = st.Settle(bg, "", "req-1", second.Token, answer)
 	require.NoError(t, err)
 	assert.True(t, settled)
@@ -83,7 +84,7 @@ func TestClaimTokens(t *testing.T) {
 	assert.False(t, released, "Release of a done claim")
 	assert.Equal(t, done, rec)
 
-	for _, token := range []submissions.Token{first.Token, second.Token} {
+	for _, token := range []driver.Token{first.Token, second.Token} {
 		rec, settled, err = st.Settle(bg, "", "req-unknown", token, answer)
 		require.NoError(t, err)
 		assert.False(t, settled)
@@ -118,7 +119,7 @@ func TestAnswerOfAReleasedClaimDoesNotLandOnTheNextClaim(t *testing.T) {
 	x := newW("w-1")
 	railDown := errors.New("rail timed out")
 
-	var before submissions.Record[w]
+	var before driver.Record[w]
 	answer := sent(x, "0xfirst")
 	out, err := here.Submit(bg, "req-1", x, func(ctx context.Context, x w) (w, error) {
 		rec, ok, lerr := st.Lookup(ctx, "", "req-1")

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/driver"
 )
 
 // PollEvery is how often WaitClaim reads the claim's row again while it
@@ -17,7 +17,7 @@ import (
 // breaks).
 const PollEvery = 2 * time.Second
 
-// WaitClaim implements submissions.Waiter with LISTEN/NOTIFY: settling,
+// WaitClaim implements driver.Waiter with LISTEN/NOTIFY: settling,
 // releasing or abandoning a claim, through any Store on the table, notifies
 // the table's channel in the same transaction. WaitClaim takes a connection of the pool
 // for itself while it waits, LISTENs, reads the row (so that a change made
@@ -29,12 +29,12 @@ const PollEvery = 2 * time.Second
 // release knows to notify: a change that nobody waits for sends no
 // notification. It UNLISTENs and unlocks before it gives the connection
 // back, and closes it instead when it cannot.
-func (s *Store[R]) WaitClaim(ctx context.Context, tenant, key string, token submissions.Token) (submissions.Record[R], bool, error) {
+func (s *Store[R]) WaitClaim(ctx context.Context, tenant, key string, token driver.Token) (driver.Record[R], bool, error) {
 	return s.waitClaim(ctx, tenant, key, token, PollEvery)
 }
 
 // waitClaim is WaitClaim, reading the row every poll.
-func (s *Store[R]) waitClaim(ctx context.Context, tenant, key string, token submissions.Token, poll time.Duration) (rec submissions.Record[R], ok bool, err error) {
+func (s *Store[R]) waitClaim(ctx context.Context, tenant, key string, token driver.Token, poll time.Duration) (rec driver.Record[R], ok bool, err error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return rec, false, s.translate(err)
@@ -106,15 +106,15 @@ type querier interface {
 }
 
 // lookupOn is Lookup through q.
-func (s *Store[R]) lookupOn(ctx context.Context, q querier, tenant, key string) (submissions.Record[R], bool, error) {
+func (s *Store[R]) lookupOn(ctx context.Context, q querier, tenant, key string) (driver.Record[R], bool, error) {
 	var row storedRow
 	err := q.QueryRow(ctx, s.sql.lookup, tenant, key).
 		Scan(&row.token, &row.fp.WithdrawalID, &row.fp.Amount, &row.fp.Currency, &row.fp.Destination, &row.outcome, &row.pruned, &row.abandoned)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return submissions.Record[R]{}, false, nil
+		return driver.Record[R]{}, false, nil
 	case err != nil:
-		return submissions.Record[R]{}, false, s.translate(err)
+		return driver.Record[R]{}, false, s.translate(err)
 	}
 	rec, err := s.record(key, row)
 	return rec, err == nil, err

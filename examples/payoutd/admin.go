@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/admin"
 	"github.com/idemledger/submissions/idemhttp"
 )
 
@@ -26,7 +27,7 @@ type claimView struct {
 	Sending      bool      `json:"sending"` // this process is running its send: leave it alone
 }
 
-func viewOf(c submissions.Claim) claimView {
+func viewOf(c admin.Claim) claimView {
 	fp := c.Fingerprint
 	return claimView{Tenant: c.Tenant, Key: c.Key, WithdrawalID: fp.WithdrawalID, Amount: fp.Amount, Currency: fp.Currency,
 		Destination: fp.Destination, ClaimedAt: c.ClaimedAt, Token: uint64(c.Token), Sending: c.Sending}
@@ -37,7 +38,7 @@ func viewOf(c submissions.Claim) claimView {
 // older_than ago, at most limit of them.
 func (s *server) adminInFlight(w http.ResponseWriter, r *http.Request) {
 	params := r.URL.Query()
-	var q submissions.InFlightQuery
+	var q admin.InFlightQuery
 	if v := params.Get("older_than"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 {
@@ -54,11 +55,11 @@ func (s *server) adminInFlight(w http.ResponseWriter, r *http.Request) {
 		}
 		q.Tenants = []string{tenant}
 	}
-	q.Limit = submissions.DefaultListLimit
+	q.Limit = admin.DefaultListLimit
 	if v := params.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > submissions.MaxListLimit {
-			writeProblem(w, http.StatusBadRequest, fmt.Sprintf("limit %q is not a number from 1 to %d.", v, submissions.MaxListLimit))
+		if err != nil || n < 1 || n > admin.MaxListLimit {
+			writeProblem(w, http.StatusBadRequest, fmt.Sprintf("limit %q is not a number from 1 to %d.", v, admin.MaxListLimit))
 			return
 		}
 		q.Limit = n
@@ -145,10 +146,10 @@ func (s *server) adminPrune(w http.ResponseWriter, r *http.Request) {
 // claimOf returns the claim in flight of the path's key in the request's
 // tenant, as the listing has it, and of the token query parameter's claim
 // when it names one; otherwise it writes a problem and returns false.
-func (s *server) claimOf(w http.ResponseWriter, r *http.Request) (submissions.Claim, bool) {
+func (s *server) claimOf(w http.ResponseWriter, r *http.Request) (admin.Claim, bool) {
 	tenant, ok := tenantOf(w, r)
 	if !ok {
-		return submissions.Claim{}, false
+		return admin.Claim{}, false
 	}
 	key := strings.TrimSpace(r.PathValue("key"))
 	var token uint64
@@ -156,31 +157,31 @@ func (s *server) claimOf(w http.ResponseWriter, r *http.Request) (submissions.Cl
 		var err error
 		if token, err = strconv.ParseUint(v, 10, 64); err != nil || token == 0 {
 			writeProblem(w, http.StatusBadRequest, fmt.Sprintf("token %q is not a claim's token.", v))
-			return submissions.Claim{}, false
+			return admin.Claim{}, false
 		}
 	}
 	c, found, err := s.findClaim(r.Context(), tenant, key)
 	switch {
 	case err != nil:
 		writeAdminError(w, err)
-		return submissions.Claim{}, false
+		return admin.Claim{}, false
 	case !found:
 		writeProblem(w, http.StatusNotFound, fmt.Sprintf("Request key %s has no claim in flight in this tenant.", key))
-		return submissions.Claim{}, false
+		return admin.Claim{}, false
 	case token != 0 && uint64(c.Token) != token:
-		writeAdminError(w, fmt.Errorf("%w: request key %s: its claim is token %d now, not %d", submissions.ErrClaimChanged, key, c.Token, token))
-		return submissions.Claim{}, false
+		writeAdminError(w, fmt.Errorf("%w: request key %s: its claim is token %d now, not %d", admin.ErrClaimChanged, key, c.Token, token))
+		return admin.Claim{}, false
 	}
 	return c, true
 }
 
 // findClaim walks tenant's keys in flight for key's claim.
-func (s *server) findClaim(ctx context.Context, tenant, key string) (submissions.Claim, bool, error) {
-	q := submissions.InFlightQuery{Tenants: []string{tenant}, Limit: submissions.MaxListLimit}
+func (s *server) findClaim(ctx context.Context, tenant, key string) (admin.Claim, bool, error) {
+	q := admin.InFlightQuery{Tenants: []string{tenant}, Limit: admin.MaxListLimit}
 	for {
 		page, err := s.ledger.Admin().InFlight(ctx, q)
 		if err != nil {
-			return submissions.Claim{}, false, err
+			return admin.Claim{}, false, err
 		}
 		for _, c := range page {
 			if c.Key == key {
@@ -188,7 +189,7 @@ func (s *server) findClaim(ctx context.Context, tenant, key string) (submissions
 			}
 		}
 		if len(page) < q.Limit {
-			return submissions.Claim{}, false, nil
+			return admin.Claim{}, false, nil
 		}
 		q.After = &page[len(page)-1]
 	}
@@ -199,7 +200,7 @@ func (s *server) findClaim(ctx context.Context, tenant, key string) (submissions
 func writeAdminError(w http.ResponseWriter, err error) {
 	status := http.StatusInternalServerError
 	switch {
-	case errors.Is(err, submissions.ErrClaimChanged), errors.Is(err, submissions.ErrIdempotencyConflict),
+	case errors.Is(err, admin.ErrClaimChanged), errors.Is(err, submissions.ErrIdempotencyConflict),
 		errors.Is(err, submissions.ErrSubmissionInFlight):
 		status = http.StatusConflict
 	case errors.Is(err, submissions.ErrInvalidKey), errors.Is(err, submissions.ErrInvalidTenant):

@@ -1,5 +1,6 @@
 // Package prommetrics reports a submissions ledger's decisions to
-// Prometheus, through the ledger's observer hook:
+// Prometheus, through the ledger's observer hook: its Observer is an
+// observe.Observer, given to the ledger with submissions.WithObserver:
 //
 //	reg := prometheus.NewRegistry()
 //	obs, err := prommetrics.New(reg)
@@ -8,7 +9,7 @@
 // The metrics:
 //
 //	submissions_decisions_total{kind}           counter: every decision, kind as
-//	                                            submissions.EventKind names it, spaces
+//	                                            observe.EventKind names it, spaces
 //	                                            as underscores: claimed, sent, replayed,
 //	                                            conflict, in_flight, outcome_unknown,
 //	                                            not_recorded, resolved, released, pruned
@@ -43,7 +44,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/observe"
 )
 
 // DefaultBuckets are the upper bounds, in seconds, of the send duration
@@ -52,29 +53,29 @@ import (
 var DefaultBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
 
 // kinds are the decisions a ledger reports, whose series start at zero.
-var kinds = []submissions.EventKind{
-	submissions.EventClaimed,
-	submissions.EventSent,
-	submissions.EventReplayed,
-	submissions.EventConflict,
-	submissions.EventInFlight,
-	submissions.EventOutcomeUnknown,
-	submissions.EventNotRecorded,
-	submissions.EventResolved,
-	submissions.EventReleased,
-	submissions.EventPruned,
+var kinds = []observe.EventKind{
+	observe.EventClaimed,
+	observe.EventSent,
+	observe.EventReplayed,
+	observe.EventConflict,
+	observe.EventInFlight,
+	observe.EventOutcomeUnknown,
+	observe.EventNotRecorded,
+	observe.EventResolved,
+	observe.EventReleased,
+	observe.EventPruned,
 }
 
 // sendEnds are the decisions that end a send.
-var sendEnds = []submissions.EventKind{
-	submissions.EventSent,
-	submissions.EventOutcomeUnknown,
-	submissions.EventNotRecorded,
+var sendEnds = []observe.EventKind{
+	observe.EventSent,
+	observe.EventOutcomeUnknown,
+	observe.EventNotRecorded,
 }
 
 // label returns the label value of kind: its name, with underscores for
 // spaces ("outcome_unknown").
-func label(kind submissions.EventKind) string {
+func label(kind observe.EventKind) string {
 	return strings.ReplaceAll(kind.String(), " ", "_")
 }
 
@@ -106,7 +107,7 @@ func WithBuckets(bounds ...float64) Option {
 	return optionFunc(func(o *options) { o.buckets = bounds })
 }
 
-// Observer is a submissions.Observer that keeps the package's metrics. It is
+// Observer is an observe.Observer that keeps the package's metrics. It is
 // safe for concurrent use, and one Observer may watch several ledgers: their
 // decisions add up.
 type Observer struct {
@@ -118,7 +119,7 @@ type Observer struct {
 }
 
 var (
-	_ submissions.Observer = (*Observer)(nil)
+	_ observe.Observer     = (*Observer)(nil)
 	_ prometheus.Collector = (*Observer)(nil)
 )
 
@@ -181,7 +182,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 }
 
 // Observe records the decision e.
-func (o *Observer) Observe(_ context.Context, e submissions.Event) {
+func (o *Observer) Observe(_ context.Context, e observe.Event) {
 	var m kindMetrics
 	if int(e.Kind) < len(o.byKind) {
 		m = o.byKind[e.Kind]
@@ -197,7 +198,7 @@ func (o *Observer) Observe(_ context.Context, e submissions.Event) {
 	default:
 		o.decisions.WithLabelValues(m.label).Inc()
 	}
-	if e.Kind == submissions.EventClaimed {
+	if e.Kind == observe.EventClaimed {
 		o.sending.Inc()
 	}
 	if m.ended != nil {

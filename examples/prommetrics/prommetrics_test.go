@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemledger/submissions"
 	"github.com/idemledger/submissions/examples/prommetrics"
+	"github.com/idemledger/submissions/observe"
 )
 
 func TestMain(m *testing.M) {
@@ -114,7 +115,7 @@ func TestEveryKindStartsAtZero(t *testing.T) {
 	_, reg := newLedger(t)
 	vals := values(t, reg)
 	assert.Equal(t, zero(), vals)
-	for k := submissions.EventKind(1); k != 0; k++ {
+	for k := observe.EventKind(1); k != 0; k++ {
 		if name := k.String(); name != "unknown event" {
 			assert.Contains(t, vals, decided(strings.ReplaceAll(name, " ", "_")), "a series for %q", name)
 		}

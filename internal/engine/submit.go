@@ -11,25 +11,34 @@ import (
 )
 
 // Submit is submissions.Submissions.SubmitOrReplay in tenant, which the
-// caller has checked.
+// caller has checked. A Replayer's answer is the fast path, kept apart so that
+// a replay pays for nothing else.
 func (l *Ledger[R]) Submit(ctx context.Context, tenant, key string, req R,
 	send func(ctx context.Context, req R) (R, error)) (R, bool, error) {
-	var zero R
-	var given driver.Fingerprint
-	read := l.replayer != nil && !(l.nilable && isNil(req))
-	if read {
-		// A Replayer answers only for a key it holds as given, valid and
-		// trimmed, and a fingerprint as given, valid and the same: only ctx
-		// remains to check.
-		given = req.Fingerprint()
-		if out, ok := l.replayer.Replay(tenant, key, given); ok {
-			if err := ctx.Err(); err != nil {
-				return zero, false, err
-			}
-			l.report(ctx, tenant, observe.EventReplayed, key, given.WithdrawalID, 0, nil)
-			return out, true, nil
-		}
+	if l.replayer == nil || (l.nilable && isNil(req)) {
+		return l.submit(ctx, tenant, key, req, nil, send)
 	}
+	// A Replayer answers only for a key it holds as given, valid and
+	// trimmed, and a fingerprint as given, valid and the same: only ctx
+	// remains to check.
+	given := req.Fingerprint()
+	out, ok := l.replayer.Replay(tenant, key, given)
+	if !ok {
+		return l.submit(ctx, tenant, key, req, &given, send)
+	}
+	if err := ctx.Err(); err != nil {
+		var zero R
+		return zero, false, err
+	}
+	l.report(ctx, tenant, observe.EventReplayed, key, given.WithdrawalID, 0, nil)
+	return out, true, nil
+}
+
+// submit is Submit past the Replayer: given is req's fingerprint when the
+// Replayer has read it, nil otherwise.
+func (l *Ledger[R]) submit(ctx context.Context, tenant, key string, req R, read *driver.Fingerprint,
+	send func(ctx context.Context, req R) (R, error)) (R, bool, error) {
+	var zero R
 	key, err := begin(ctx, key)
 	if err != nil {
 		return zero, false, err
@@ -37,7 +46,10 @@ func (l *Ledger[R]) Submit(ctx context.Context, tenant, key string, req R,
 	if l.nilable && isNil(req) {
 		return zero, false, errNilRequest(req)
 	}
-	if !read {
+	var given driver.Fingerprint
+	if read != nil {
+		given = *read
+	} else {
 		given = req.Fingerprint()
 	}
 	fp, err := given.Canonical()

@@ -1,13 +1,17 @@
-// Package storetest is the conformance suite every driver.Store passes:
-// the rules of the ledger, run through submissions.NewWithStore, the
-// concurrency tests (goroutines released together, sends counted), and a
-// fault at every store call. A store's test is a few lines:
+// Package ledgertest runs the rules of the ledger over a store: every rule
+// of docs/rules.md through submissions.NewWithStore, the concurrency tests
+// (goroutines released together, sends counted), and a fault at every store
+// call. The root package runs it over the memory store, internal/engine over
+// the memory store behind the bare Store interface, and pgstore over
+// PostgreSQL:
 //
-//	func TestConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T) driver.Store[storetest.Withdrawal] {
+//	func TestLedgerRules(t *testing.T) {
+//		ledgertest.Run(t, func(t *testing.T) driver.Store[ledgertest.Withdrawal] {
 //			return newEmptyStore(t)
 //		})
 //	}
+//
+// What a Store itself must answer is checked by the storetest package.
 package ledgertest
 
 import (

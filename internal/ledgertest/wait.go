@@ -27,6 +27,8 @@ var waitTests = []test{
 	{"WaitEndsWithCtx", testWaitEndsWithCtx},
 	{"ManyWaitersGetOneSendsOutcome", testManyWaitersGetOneSendsOutcome},
 	{"WaitStaysInItsTenant", testWaitStaysInItsTenant},
+	{"WaitAfterASettleFailedIsOutcomeUnknown", testWaitAfterASettleFailedIsOutcomeUnknown},
+	{"WaitOfTheSendingLedgerEndsWithAResolveElsewhere", testWaitOfTheSendingLedgerEndsWithAResolveElsewhere},
 }
 
 // waitElsewhere returns a ledger on f's store that runs it through the Store
@@ -367,4 +369,80 @@ func testWaitStaysInItsTenant(t *testing.T, newStore Factory) {
 	require.NoError(t, r.err)
 	assert.Equal(t, bw.sent("0xtx-w-1"), r.out, "tenant b's own outcome")
 	f.rail.requireSends(t, 2)
+}
+
+// testWaitAfterASettleFailedIsOutcomeUnknown: a send whose answer the store
+// failed to record (its Settle failed, or panicked) ends without an outcome
+// like any other: on a store that records it (an Abandoner), a Wait of the
+// key through another ledger returns ErrOutcomeUnknown at once instead of
+// waiting until its ctx ends. Had the Settle stood, the Wait would return
+// the outcome: the mark is made only on a claim still in flight.
+func testWaitAfterASettleFailedIsOutcomeUnknown(t *testing.T, newStore Factory) {
+	st := newStore(t)
+	if _, ok := st.(driver.Abandoner); !ok {
+		t.Skip("the store is not an Abandoner: a Wait elsewhere waits for a claim whose send ended without an answer")
+	}
+	for name, fault := range map[string]func() error{
+		"fails":  func() error { return errLostConnection },
+		"panics": func() error { panic("store bug in Settle") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			key := "req-" + name
+			w := newWithdrawal("w-" + name)
+			failing := &hooked{Store: st, before: func(call string) error {
+				if call == "Settle" {
+					return fault()
+				}
+				return nil
+			}}
+			sender := submissions.NewWithStore[Withdrawal](&abandoning{Store: failing, abandon: st.(driver.Abandoner).Abandon},
+				submissions.WithLogger(quiet))
+			r := &rail{}
+			func() {
+				defer func() { _ = recover() }() // the store's panic goes on to the caller
+				_, err := sender.Submit(bg, key, w, r.send)
+				require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
+			}()
+			r.requireSends(t, 1)
+			other := submissions.NewWithStore[Withdrawal](st, submissions.WithLogger(quiet))
+			ctx, cancel := context.WithTimeout(bg, 15*time.Second)
+			defer cancel()
+			start := time.Now()
+			_, err := other.Wait(ctx, key)
+			require.ErrorIs(t, err, submissions.ErrOutcomeUnknown, "another ledger learns that the send ended without a recorded answer")
+			assert.Less(t, time.Since(start), 10*time.Second, "at once, not when ctx ends")
+			rec, ok, err := st.Lookup(bg, "", key)
+			require.NoError(t, err)
+			require.True(t, ok)
+			assert.True(t, rec.Abandoned, "the claim is marked abandoned")
+			assert.False(t, rec.Done)
+		})
+	}
+}
+
+// testWaitOfTheSendingLedgerEndsWithAResolveElsewhere: a Wait through the
+// ledger that is running the key's send is told of a Resolve made through
+// another ledger on the same store while the send still runs, and returns
+// the resolved outcome then, not when its own send ends.
+func testWaitOfTheSendingLedgerEndsWithAResolveElsewhere(t *testing.T, newStore Factory) {
+	f := setUp(t, newStore)
+	started, finish := make(chan struct{}), make(chan struct{})
+	sent := sendInBackground(f.s, "req-1", f.w, f.rail.blocking(started, finish))
+	<-started
+	here := goWait(bg, f.s, "req-1")
+	requireWaiting(t, here)
+	found := f.w.sent("0xfound")
+	require.NoError(t, f.waitElsewhere().Resolve(bg, "req-1", found))
+	select {
+	case r := <-here:
+		require.NoError(t, r.err)
+		assert.Equal(t, found, r.out, "the outcome resolved elsewhere")
+	case <-time.After(10 * time.Second):
+		close(finish)
+		require.FailNow(t, "the Wait of the sending ledger did not end when the key was resolved elsewhere")
+	}
+	close(finish)
+	err := <-sent
+	require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded, "the send's own answer differs from the one resolved")
+	f.rail.requireSends(t, 1)
 }

@@ -13,7 +13,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/admin"
+	"github.com/idemledger/submissions/driver"
 )
 
 // maxOutcome caps an outcome file.
@@ -64,7 +65,7 @@ func setupInFlight(e *env, fs *flag.FlagSet) func(context.Context, []string) err
 			return err
 		}
 		defer l.pool.Close()
-		q := submissions.InFlightQuery{OlderThan: *olderThan}
+		q := admin.InFlightQuery{OlderThan: *olderThan}
 		if e.g.tenant.set {
 			q.Tenants = []string{e.g.tenant.value}
 		}
@@ -75,7 +76,7 @@ func setupInFlight(e *env, fs *flag.FlagSet) func(context.Context, []string) err
 		enc := json.NewEncoder(e.stdout)
 		n := 0
 		for {
-			q.Limit = submissions.MaxListLimit
+			q.Limit = admin.MaxListLimit
 			if *limit > 0 {
 				q.Limit = min(q.Limit, *limit-n)
 			}
@@ -128,7 +129,7 @@ func plural(n int, one, many string) string {
 // found is a key's record, with its times when the table has them.
 type found struct {
 	tenant, key string
-	rec         submissions.Record[record]
+	rec         driver.Record[record]
 	claimedAt   time.Time
 	settledAt   *time.Time
 }
@@ -161,8 +162,8 @@ func (f found) state() string {
 	return "in flight"
 }
 
-func (f found) claim() submissions.Claim {
-	return submissions.Claim{Tenant: f.tenant, Key: f.key, Fingerprint: f.rec.Fingerprint, ClaimedAt: f.claimedAt, Token: f.rec.Token}
+func (f found) claim() admin.Claim {
+	return admin.Claim{Tenant: f.tenant, Key: f.key, Fingerprint: f.rec.Fingerprint, ClaimedAt: f.claimedAt, Token: f.rec.Token}
 }
 
 // print writes the record for a reader, its outcome indented.
@@ -250,7 +251,7 @@ func tokenFlag(fs *flag.FlagSet) *uint64 {
 func checkToken(f found, token uint64) error {
 	if token != 0 && uint64(f.rec.Token) != token {
 		return fmt.Errorf("%w: request key %s: its claim is token %d now, not %d: look at the rail for the new claim",
-			submissions.ErrClaimChanged, f.key, f.rec.Token, token)
+			admin.ErrClaimChanged, f.key, f.rec.Token, token)
 	}
 	return nil
 }
@@ -365,7 +366,7 @@ func setupRelease(e *env, fs *flag.FlagSet) func(context.Context, []string) erro
 
 func setupPrune(e *env, fs *flag.FlagSet) func(context.Context, []string) error {
 	before := fs.String("before", "", "prune the records settled before this `time`: RFC 3339 (2026-11-01T00:00:00Z), or a duration ago (720h)")
-	batch := fs.Int("batch", submissions.DefaultPruneBatch, "prune at most `N` records a statement")
+	batch := fs.Int("batch", admin.DefaultPruneBatch, "prune at most `N` records a statement")
 	return func(ctx context.Context, _ []string) error {
 		horizon, err := parseBefore(*before, time.Now())
 		if err != nil {

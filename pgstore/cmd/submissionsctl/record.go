@@ -6,19 +6,19 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/driver"
 )
 
 // record is an outcome as the table holds it, which this command cannot read
 // the service's fields of: its bytes, the service's JSON encoding, and the
 // fingerprint of the claim it belongs to.
 type record struct {
-	fp  submissions.Fingerprint
+	fp  driver.Fingerprint
 	raw json.RawMessage
 }
 
 // Fingerprint returns the fingerprint of the claim the outcome belongs to.
-func (r record) Fingerprint() submissions.Fingerprint { return r.fp }
+func (r record) Fingerprint() driver.Fingerprint { return r.fp }
 
 // MarshalJSON returns the outcome's JSON as it is, so that the ledger
 // compares outcomes by the JSON the service wrote.

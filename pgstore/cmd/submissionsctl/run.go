@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/admin"
 	"github.com/idemledger/submissions/pgstore"
 )
 
@@ -241,7 +242,7 @@ func (e *env) commandHelp(c *command, fs *flag.FlagSet) {
 type ledger struct {
 	pool  *pgxpool.Pool
 	store *pgstore.Store[record]
-	admin *submissions.Admin[record]
+	admin *admin.Admin[record]
 	table string // quoted for SQL
 }
 
