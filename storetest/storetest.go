@@ -18,6 +18,8 @@ package storetest
 import (
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/idemledger/submissions/driver"
 )
 
@@ -46,15 +48,52 @@ func (w Withdrawal) Fingerprint() driver.Fingerprint {
 	return driver.Fingerprint{WithdrawalID: w.ID, Amount: w.Amount, Currency: w.Currency, Destination: w.Dest}
 }
 
-// Run runs the suite against the stores newStores makes.
+// Run runs the suite against the stores newStores makes, each test on a new
+// state; it calls newStores once more, first, to learn which optional
+// interfaces the store implements (both handles must agree). The group of
+// an optional interface that the store does not implement is skipped, and
+// says so: a skip that is expected, not a pass.
+//
+// The suite reads the store's clock (ClaimedAt, Prune's before) as within
+// an hour of the test's own.
 func Run(t *testing.T, newStores Factory) {
 	t.Helper()
-	t.Run("Store", func(t *testing.T) { runStore(t, newStores) })
-}
-
-func runStore(t *testing.T, newStores Factory) {
-	a, _ := newStores(t)
-	if a == nil {
-		t.Fatal("storetest: the Factory returned a nil Store")
+	a, b := newStores(t)
+	require.NotNil(t, a, "storetest: the Factory returned a nil Store a")
+	require.NotNil(t, b, "storetest: the Factory returned a nil Store b")
+	for _, g := range []struct {
+		name string
+		is   func(store) bool // nil: every Store
+		run  func(t *testing.T, newStores Factory)
+	}{
+		{"Store/Claim", nil, testClaim},
+		{"Store/Settle", nil, testSettle},
+		{"Store/Release", nil, testRelease},
+		{"Store/Lookup", nil, testLookup},
+		{"Store/ClaimedBy", nil, testClaimedBy},
+		{"Store/cancelled ctx", nil, testCancelled},
+		{"Lister", isLister, testLister},
+		{"Waiter", isWaiter, testWaiter},
+		{"Abandoner", isAbandoner, testAbandoner},
+		{"Pruner", isPruner, testPruner},
+		{"Tracker", isTracker, testTracker},
+		{"Replayer", isReplayer, testReplayer},
+	} {
+		t.Run(g.name, func(t *testing.T) {
+			if g.is != nil {
+				require.Equal(t, g.is(a), g.is(b), "storetest: one handle is a driver.%s and the other is not", g.name)
+				if !g.is(a) {
+					t.Skipf("the store is not a driver.%s", g.name)
+				}
+			}
+			g.run(t, newStores)
+		})
 	}
 }
+
+func isLister(st store) bool    { _, ok := st.(driver.Lister); return ok }
+func isWaiter(st store) bool    { _, ok := st.(driver.Waiter[Withdrawal]); return ok }
+func isAbandoner(st store) bool { _, ok := st.(driver.Abandoner); return ok }
+func isPruner(st store) bool    { _, ok := st.(driver.Pruner); return ok }
+func isTracker(st store) bool   { _, ok := st.(driver.Tracker[Withdrawal]); return ok }
+func isReplayer(st store) bool  { _, ok := st.(driver.Replayer[Withdrawal]); return ok }
