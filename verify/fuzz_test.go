@@ -19,6 +19,14 @@ func FuzzOperations(f *testing.F) {
 	f.Add([]byte{0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x19, 0x04, 0x00, 0x00, 0x1a}) // the same Submit in two tenants, then ClaimedBy
 	// Wait: unknown, abandoned (on another ledger), done
 	f.Add([]byte{0x07, 0x00, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00, 0x07, 0x00, 0x00, 0x02, 0x00, 0x11, 0x00, 0x00, 0x07, 0x01, 0x00, 0x01})
+	// Wait after a Settle that failed, on another ledger; after one that
+	// recorded the answer and then panicked
+	f.Add([]byte{0xe0, 0x00, 0x00, 0x00, 0x07, 0x00, 0x00, 0x02, 0xf8, 0x11, 0x00, 0x01, 0x07, 0x01, 0x00, 0x00})
+	// In a rail: Waits for the key being sent, on its sender and another
+	// ledger, then a Resolve elsewhere, which ends them; again with a Release
+	// by the ledger of other marks
+	f.Add([]byte{0x00, 0x00, 0x00, 0x00, 0x07, 0x00, 0x00, 0x04, 0x07, 0x00, 0x00, 0x06, 0x09, 0x00, 0x00, 0x05, 0x07, 0x00, 0x00, 0x05})
+	f.Add([]byte{0x00, 0x01, 0x00, 0x00, 0x07, 0x01, 0x00, 0x04, 0x02, 0x01, 0x00, 0x06, 0x07, 0x01, 0x00, 0x05})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r := &runner{lanes: memoryLanes()}
 		require.NoError(t, r.runAll(decodeSteps(data)))
@@ -28,7 +36,7 @@ func FuzzOperations(f *testing.F) {
 // decodeSteps reads data as up to 64 steps of four bytes:
 //
 //   - the kind (the low three bits, see fuzzKind), and the send of a
-//     Submit or the resolution of a Resolve (the others);
+//     Submit (see fuzzSend) or the resolution of a Resolve (the others);
 //   - the key (the low four bits) and the withdrawal id;
 //   - the amount (the low three bits), currency (two) and destination;
 //   - the lane (the low two bits), whether the step is one that the rail
@@ -36,8 +44,8 @@ func FuzzOperations(f *testing.F) {
 //     tenant (the others, see fuzzTenant).
 //
 // A step in a rail whose Submit has none (SendNil), or that follows no
-// Submit, runs on its own, and so does a Wait, which in a rail could wait for
-// the send that makes it.
+// Submit, runs on its own. A Wait in a rail for the key being sent blocks,
+// and runs on beside the steps after it (see pending).
 func decodeSteps(data []byte) []step {
 	pick := func(list []string, n byte) string { return list[int(n)%len(list)] }
 	var steps []step
@@ -60,11 +68,11 @@ func decodeSteps(data []byte) []step {
 		}
 		switch st.op.Kind {
 		case Submit:
-			st.op.Send = Send(int(b[0]>>3) % (int(SendBoth) + 1))
+			st.op.Send = fuzzSend(b[0] >> 3)
 		case Resolve:
 			st.op.W = resolution(st.op.W, st.op.Key, int(b[0]>>3))
 		}
-		if b[3]&4 != 0 && outer >= 0 && st.op.Kind != Wait {
+		if b[3]&4 != 0 && outer >= 0 {
 			steps[outer].during = append(steps[outer].during, st)
 			continue
 		}
@@ -85,6 +93,16 @@ func fuzzKind(n byte) Kind {
 		return Wait
 	}
 	return Kind(n % 5)
+}
+
+// fuzzSend reads n, five bits, as a Send: the rail's (SendOK to SendBoth)
+// by n modulo 7 for 0-27, and the four faults of the store's Settle for
+// 28-31 (which no seed in testdata/fuzz, made before there were any, uses).
+func fuzzSend(n byte) Send {
+	if n >= 28 {
+		return SettleFails + Send(n-28)
+	}
+	return Send(int(n) % (int(SendBoth) + 1))
 }
 
 // fuzzTenant reads n, five bits, as a tenant: by its low three, the default

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/driver"
 )
 
 // This file calls real ledgers and reads what they return as Model says it.
@@ -56,25 +58,17 @@ func view(s *submissions.Submissions[W], way int, tenant string) *submissions.Su
 	return s.Tenant(tenant)
 }
 
-// opaque hides a store's type, so that a ledger runs it as it runs any Store:
-// with marks of its own. It keeps the store's Abandoner, as pgstore has one:
-// a ledger records there that its send ended without an answer, and so its
-// Wait, and any other ledger's, returns ErrOutcomeUnknown for the claim at
-// once. (Without one, a ledger's Wait for a claim whose own send had ended
-// without an answer polls the store until its ctx ends.)
-type opaque struct {
-	submissions.Store[W]
-	submissions.Abandoner
-}
-
 // memoryLanes returns three ledgers that share one memory store: two on the
-// store itself and one through the Store interface.
+// store with all its abilities (a driver.Tracker: they share its marks) and
+// one through the Store interface (see opaque), all three with the faults of
+// the Settle kinds of Send.
 func memoryLanes() []lane {
 	st := submissions.NewMemoryStore[W]()
+	native := newFaultyMemory(st.(memory))
 	return []lane{
-		{submissions.NewWithStore(st, quiet), 0},
-		{submissions.NewWithStore(st, quiet), 0}, // shares the store's marks
-		{submissions.NewWithStore[W](opaque{st, st.(submissions.Abandoner)}, quiet), 1},
+		{submissions.NewWithStore[W](native, quiet), 0},
+		{submissions.NewWithStore[W](native, quiet), 0}, // shares the store's marks
+		{submissions.NewWithStore[W](opaque{faultyStore{st}, st.(driver.Abandoner)}, quiet), 1},
 	}
 }
 
@@ -106,18 +100,22 @@ func rail(op Op, cancel context.CancelFunc, during func()) func(context.Context,
 }
 
 // submit runs a Submit of op on s with send, and says what came back. The
-// rail's panic, raised again by Submit, is SendPanicked; any other panic goes
-// on.
+// rail's panic, raised again by Submit, is SendPanicked, and the store's, as
+// it recorded the answer, StorePanicked; any other panic goes on. The
+// store's Settle plays op.Send (see injectSettleFault).
 func submit(ctx context.Context, s *submissions.Submissions[W], op Op, send func(context.Context, W) (W, error)) (res Result, err error) {
 	defer func() {
-		if p := recover(); p != nil {
-			if p != railBug {
-				panic(p)
-			}
+		switch p := recover(); p {
+		case nil:
+		case railBug:
 			res, err = Result{Err: SendPanicked}, nil
+		case storeBug:
+			res, err = Result{Err: StorePanicked}, nil
+		default:
+			panic(p)
 		}
 	}()
-	out, err := s.Submit(ctx, op.Key, op.W, send)
+	out, err := s.Submit(withSettleFault(ctx, op.Send), op.Key, op.W, send)
 	return submitted(out, err), err
 }
 
@@ -238,8 +236,14 @@ func waited(out W, err error) Result {
 	return classify(err)
 }
 
+// pendingLimit bounds a Wait that blocks (see Model.Blocks): it must return
+// soon after the step that ends its block, and its ctx ends at this limit
+// (an error of no class) if it does not.
+const pendingLimit = 5 * time.Second
+
 // step is one operation of a sequential run, on lanes[lane]. A Submit's
-// during are the operations its rail makes while it works, each one whole.
+// during are the operations its rail makes while it works, each one whole
+// but a Wait that blocks (see pending).
 type step struct {
 	op     Op
 	lane   int
@@ -253,11 +257,51 @@ type runner struct {
 	model   Model
 	claims  int             // the last Op.ClaimID given
 	tenants map[string]bool // the tenants steps ran in
+	depth   int             // the runs under way: 1 for a step, 2 for a step of its rail
+	pending []*pending      // the Waits that block, in the order they began
+	blocked int             // how many Waits blocked
+}
+
+// pending is a Wait that a rail began while its key's claim was being sent:
+// it runs on, and blocks, until a step ends its block (the Settle of the
+// send, or a Resolve or Release through any ledger that may make one), and
+// must then return what the model's Wait returns in the state that step
+// left. Until then it must not return at all.
+type pending struct {
+	op       Op
+	cancel   context.CancelFunc
+	done     chan waitResult // the Wait's return, sent once
+	received bool            // done was read
+}
+
+// waitResult is what a Wait returned.
+type waitResult struct {
+	res Result
+	err error
 }
 
 // run runs st, and the steps of its rail while its Submit sends, and returns
-// an error that says where the ledger and the model first differ.
-func (r *runner) run(st step) error {
+// an error that says where the ledger and the model first differ. After each
+// step it checks the Waits that block; when the first step returns, none may
+// block any more, and none runs on.
+func (r *runner) run(st step) (err error) {
+	r.depth++
+	defer func() {
+		r.depth--
+		if err == nil {
+			err = r.checkPending()
+		}
+		if r.depth == 0 {
+			if perr := r.endPending(); err == nil {
+				err = perr
+			}
+		}
+	}()
+	return r.runStep(st)
+}
+
+// runStep runs st, as run does, but for the Waits that block.
+func (r *runner) runStep(st step) error {
 	l := r.lanes[st.lane]
 	s := view(l.s, st.lane, st.op.Tenant)
 	op := st.op
@@ -266,6 +310,10 @@ func (r *runner) run(st step) error {
 		r.tenants = map[string]bool{"": true}
 	}
 	r.tenants[op.Tenant] = true
+	if op.Kind == Wait && r.model.Blocks(op) {
+		r.begin(s, op)
+		return nil
+	}
 	if op.Kind != Submit {
 		got, err := single(s, op)
 		return r.compare(op, got, r.model.Apply(op), err)
@@ -304,6 +352,76 @@ func (r *runner) run(st step) error {
 		return r.compare(op, got, claimed, err)
 	}
 	return r.compare(settleOp, got, r.model.Apply(settleOp), err)
+}
+
+// begin begins op, a Wait that blocks, on s, to run on until checkPending
+// finds its block ended. It returns once the Wait has read its key in the
+// store (see noteRead), or returned.
+func (r *runner) begin(s *submissions.Submissions[W], op Op) {
+	ctx, cancel := context.WithTimeout(bg, pendingLimit)
+	read, returned := make(chan struct{}), make(chan struct{})
+	ctx = withNoteRead(ctx, sync.OnceFunc(func() { close(read) }))
+	p := &pending{op: op, cancel: cancel, done: make(chan waitResult, 1)}
+	r.blocked++
+	go func() {
+		defer close(returned)
+		out, err := s.Wait(ctx, op.Key)
+		p.done <- waitResult{waited(out, err), err}
+	}()
+	r.pending = append(r.pending, p)
+	select {
+	case <-read:
+	case <-returned:
+	}
+}
+
+// checkPending checks the Waits that block: one whose block has not ended
+// must not have returned; one whose block has ended must return what the
+// model's Wait returns now, and no longer blocks.
+func (r *runner) checkPending() error {
+	blocked := r.pending[:0]
+	var err error
+	for _, p := range r.pending {
+		switch {
+		case err != nil:
+		case r.model.Blocks(p.op):
+			select {
+			case got := <-p.done:
+				p.received = true
+				err = fmt.Errorf("%s returned %s (%v) while its key's claim was being sent: it must block",
+					describeCall(p.op), describeResult(p.op, got.res), got.err)
+			default:
+			}
+		default:
+			got := <-p.done
+			p.received = true
+			p.cancel()
+			if err = r.compare(p.op, got.res, r.model.Apply(p.op), got.err); err != nil {
+				err = fmt.Errorf("begun while its key's claim was being sent, %w", err)
+			}
+			continue
+		}
+		blocked = append(blocked, p)
+	}
+	r.pending = blocked
+	return err
+}
+
+// endPending ends the Waits that still block, which none may when no send
+// runs, and waits for them to return.
+func (r *runner) endPending() error {
+	var err error
+	if len(r.pending) > 0 {
+		err = fmt.Errorf("%s still blocks, and no send runs", describeCall(r.pending[0].op))
+	}
+	for _, p := range r.pending {
+		p.cancel()
+		if !p.received {
+			<-p.done
+		}
+	}
+	r.pending = nil
+	return err
 }
 
 func (r *runner) compare(op Op, got, want Result, err error) error {
@@ -439,7 +557,7 @@ func TestWaitAfterEverySend(t *testing.T) {
 // each send on each ledger, then a Wait for its key on each ledger, and again
 // after a Release of the key, and after a Resolve and a Prune.
 func waitAfterEverySend(t *testing.T, newLanes func(*testing.T) []lane) {
-	for send := SendOK; send <= SendBoth; send++ {
+	for send := SendOK; send <= lastSend; send++ {
 		for sender := range 3 {
 			t.Run(fmt.Sprintf("%s@%d", sendNames[send], sender), func(t *testing.T) {
 				r := &runner{lanes: newLanes(t)}
@@ -459,4 +577,65 @@ func waitAfterEverySend(t *testing.T, newLanes func(*testing.T) []lane) {
 			})
 		}
 	}
+}
+
+func TestWaitWhileSending(t *testing.T) {
+	waitWhileSending(t, func(*testing.T) []lane { return memoryLanes() })
+}
+
+// waitWhileSending runs, on the ledgers newLanes gives, the sequences of
+// whileSending, and checks that each of their Waits begun while the key was
+// being sent blocked.
+func waitWhileSending(t *testing.T, newLanes func(*testing.T) []lane) {
+	for _, seq := range whileSending(newLanes(t)) {
+		t.Run(seq.name, func(t *testing.T) {
+			r := &runner{lanes: newLanes(t)}
+			require.NoError(t, r.runAll(seq.steps))
+			assert.Equal(t, seq.blocked, r.blocked, "the Waits that blocked")
+		})
+	}
+}
+
+// sequence is a named sequence of steps, with how many of its Waits block.
+type sequence struct {
+	name    string
+	steps   []step
+	blocked int
+}
+
+// whileSending returns sequences that begin a Wait for a key on every lane
+// while a Submit on each lane in turn sends it, and end their block: by a
+// Resolve through another ledger; by a Release through a ledger with other
+// marks, when there is one; or by the end of the send, whatever it was, a
+// Release through the sender's ledger being refused meanwhile. A Wait begun
+// after the block ended returns at once.
+func whileSending(lanes []lane) []sequence {
+	waits := func() []step {
+		var ws []step
+		for l := range lanes {
+			ws = append(ws, step{op: Op{Kind: Wait, Key: "k1"}, lane: l})
+		}
+		return ws
+	}
+	submit := func(sender int, send Send, during ...step) []step {
+		return []step{{op: Op{Kind: Submit, Key: "k1", W: w1, Send: send}, lane: sender, during: during}}
+	}
+	var seqs []sequence
+	for sender := range lanes {
+		other := slices.IndexFunc(lanes, func(l lane) bool { return l.marks != lanes[sender].marks })
+		resolve := step{op: Op{Kind: Resolve, Key: "k1", W: resolution(w1, "k1", 1)}, lane: (sender + 1) % len(lanes)}
+		seqs = append(seqs, sequence{fmt.Sprintf("ResolvedElsewhere@%d", sender),
+			submit(sender, SendOK, slices.Concat(waits(), []step{resolve}, waits())...), len(lanes)})
+		if other >= 0 {
+			release := step{op: Op{Kind: Release, Key: "k1"}, lane: other}
+			seqs = append(seqs, sequence{fmt.Sprintf("ReleasedElsewhere@%d", sender),
+				submit(sender, SendOK, slices.Concat(waits(), []step{release}, waits())...), len(lanes)})
+		}
+		for _, send := range []Send{SendOK, SendFail, SendWrong, SettleFails, SettleFailsAfter, SettlePanics} {
+			refused := step{op: Op{Kind: Release, Key: "k1"}, lane: sender}
+			seqs = append(seqs, sequence{fmt.Sprintf("SendEnded/%s@%d", sendNames[send], sender),
+				slices.Concat(submit(sender, send, slices.Concat(waits(), []step{refused})...), waits()), len(lanes)})
+		}
+	}
+	return seqs
 }

@@ -291,6 +291,9 @@ func drawCall(rng *rand.Rand, c linConfig, name string, lanes int) call {
 		default:
 			op.Send = SendLate
 		}
+		if op.Send == SendOK && rng.IntN(8) == 0 { // the rail answers, and the store fails to record it
+			op.Send = SettleFails + Send(rng.IntN(4))
+		}
 	case r < 67:
 		op.Kind = Resolve
 		op.W = Sent(op.W, op.Key)
@@ -472,9 +475,11 @@ func describeResult(in Op, out Result) string {
 
 var (
 	sendNames = map[Send]string{SendOK: "sent", SendNil: "request", SendFail: "failed", SendPanic: "panicked",
-		SendWrong: "wrong", SendLate: "late", SendBoth: "answer and error"}
+		SendWrong: "wrong", SendLate: "late", SendBoth: "answer and error", SettleFails: "Settle failed",
+		SettleFailsAfter: "Settle recorded, then failed", SettlePanics: "Settle panicked",
+		SettlePanicsAfter: "Settle recorded, then panicked"}
 	errNames = map[Err]string{Conflict: "Conflict", Idempotency: "Idempotency", InFlight: "InFlight",
-		OutcomeUnknown: "OutcomeUnknown", SendPanicked: "SendPanicked", NotRecorded: "NotRecorded", InvalidTenant: "InvalidTenant",
+		OutcomeUnknown: "OutcomeUnknown", SendPanicked: "SendPanicked", StorePanicked: "StorePanicked", NotRecorded: "NotRecorded", InvalidTenant: "InvalidTenant",
 		Pruned: "Pruned", UnknownKey: "UnknownKey", Unexpected: "Unexpected"}
 )
 

@@ -47,19 +47,22 @@ const (
 	// record of every tenant becomes a tombstone, which keeps its key and
 	// its claim of the withdrawal and drops the rest.
 	Prune
-	// Wait is Submissions.Wait, in a run where no send of the key's claim
+	// Wait is Submissions.Wait, at a moment when no send of the key's claim
 	// runs: the outcome of a done key; OutcomeUnknown for a key in flight,
-	// whose sends have all ended without an answer; UnknownKey for a key
-	// without a claim (never claimed, or released); Pruned for a tombstone.
-	// A Wait for a claim being sent blocks until its send ends, which no
-	// sequential step does: Apply panics on one.
+	// whose sends have all ended without an answer (abandoned, whatever
+	// ended them: the rail, or the store that failed to record its answer);
+	// UnknownKey for a key without a claim (never claimed, or released);
+	// Pruned for a tombstone. A Wait for a claim being sent, by any ledger,
+	// blocks (see Blocks) until the claim is settled, resolved or released,
+	// through any ledger, or its send ends: Apply panics on one.
 	Wait
 )
 
-// Send is what the rail does when a Submit calls it.
+// Send is what the rail does when a Submit calls it, and, for the Settle
+// kinds, what the store does when the ledger records the rail's answer.
 type Send int
 
-// What a rail can do.
+// What a rail, and then the store, can do.
 const (
 	SendOK    Send = iota // returns the request, sent, with a transaction id
 	SendNil               // no send function: the request itself is the outcome
@@ -68,7 +71,17 @@ const (
 	SendWrong             // returns the outcome of another withdrawal
 	SendLate              // returns as SendOK does, after the caller's context ended
 	SendBoth              // returns SendOK's answer together with an error
+	// The Settle kinds: the rail answers as SendOK does, and the store,
+	// as the ledger records the answer (the stores of the checks play
+	// these faults when the Submit's ctx asks for them)
+	SettleFails       // fails, having recorded nothing
+	SettleFailsAfter  // records the answer, then fails: its reply is lost
+	SettlePanics      // panics, having recorded nothing
+	SettlePanicsAfter // records the answer, then panics
 )
+
+// lastSend is the last Send.
+const lastSend = SettlePanicsAfter
 
 // Op is one call on a ledger.
 type Op struct {
@@ -103,6 +116,7 @@ const (
 	InFlight           // submissions.ErrSubmissionInFlight
 	OutcomeUnknown     // submissions.ErrOutcomeUnknown: the rail gave no answer
 	SendPanicked       // the rail's panic, raised again by Submit
+	StorePanicked      // the store's panic as it recorded the answer, raised again by Submit
 	NotRecorded        // submissions.ErrOutcomeNotRecorded, with the rail's answer
 	InvalidTenant      // submissions.ErrInvalidTenant
 	Pruned             // submissions.ErrPruned: the key's record was pruned
@@ -229,8 +243,13 @@ func (m *Model) Apply(op Op) Result {
 // the rules leave open: a Resolve that races a Release of the same key may
 // find the key in flight, then released, record nothing and answer
 // InFlight. Step cannot see the race; the check of a history that uses this
-// allowance must see that a Release of the key overlapped the Resolve.
+// allowance must see that a Release of the key overlapped the Resolve. A
+// Wait that blocks in m (see Blocks) takes effect in no such state: Step
+// answers false, and a history must place it later.
 func (m *Model) Step(op Op, got Result) (bool, *Model) {
+	if op.Kind == Wait && m.Blocks(op) {
+		return false, nil
+	}
 	next := m.Clone()
 	if next.Apply(op) == got {
 		return true, next
@@ -324,11 +343,26 @@ func (m *Model) claim(op Op) Result {
 
 // settle ends the send of op's claim: its mark is cleared, and the rail's
 // answer recorded if it is one and the claim still stands without an outcome
-// (rules 9, 10, 11a).
+// (rules 9, 10, 11a). A claim left in flight is abandoned: no send of it
+// runs, so a Wait for it answers OutcomeUnknown. A Settle the store fails,
+// or panics in, is NotRecorded (or StorePanicked) whatever it recorded:
+// nothing, or, for the After kinds, what SendOK's Settle records.
 func (m *Model) settle(op Op) Result {
 	delete(m.marks, mark{op.Ledger, op.ClaimID})
 	var answer W
 	switch op.Send {
+	case SettleFails:
+		return Result{Err: NotRecorded, Outcome: Sent(op.W, op.Key)}
+	case SettlePanics:
+		return Result{Err: StorePanicked}
+	case SettleFailsAfter, SettlePanicsAfter:
+		recorded := op
+		recorded.Send = SendOK
+		m.settle(recorded)
+		if op.Send == SettlePanicsAfter {
+			return Result{Err: StorePanicked}
+		}
+		return Result{Err: NotRecorded, Outcome: Sent(op.W, op.Key)}
 	case SendOK:
 		answer = Sent(op.W, op.Key)
 	case SendNil:
@@ -379,6 +413,23 @@ func (m *Model) resolve(op Op) Result {
 	return Result{}
 }
 
+// Blocks reports whether op, a Wait, blocks in m: its key's claim is in
+// flight and a ledger is sending it. It blocks until a step makes that
+// false: the send's Settle, or a Resolve or Release of the key through any
+// ledger that may make one; Apply of the Wait then says what it returns.
+func (m *Model) Blocks(op Op) bool {
+	r, ok := m.records[keyOf(op)]
+	if op.Kind != Wait || !ValidTenant(op.Tenant) || !ok || r.done {
+		return false
+	}
+	for mk := range m.marks {
+		if mk.claim == r.claim {
+			return true
+		}
+	}
+	return false
+}
+
 // wait is a Wait that returns at once: no send of the key's claim runs.
 func (m *Model) wait(op Op) Result {
 	r, ok := m.records[keyOf(op)]
@@ -390,12 +441,10 @@ func (m *Model) wait(op Op) Result {
 	case r.done:
 		return Result{Outcome: r.outcome}
 	}
-	for mk := range m.marks {
-		if mk.claim == r.claim {
-			panic("verify: a Wait for a claim being sent blocks: it is no sequential step")
-		}
+	if m.Blocks(op) {
+		panic("verify: a Wait for a claim being sent blocks: Apply it once Blocks is false")
 	}
-	return Result{Err: OutcomeUnknown} // every send of it ended without an answer
+	return Result{Err: OutcomeUnknown} // every send of it ended without an answer: abandoned
 }
 
 func (m *Model) release(op Op) Result { // rule 14

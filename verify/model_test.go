@@ -56,11 +56,13 @@ func TestModelSubmit(t *testing.T) {
 		assert.Equal(t, Result{}, m.Apply(Op{Kind: Outcome, Key: "k2"}), "the loser leaves no trace")
 	})
 	for send, want := range map[Send]Result{
-		SendFail:  {Err: OutcomeUnknown},
-		SendBoth:  {Err: OutcomeUnknown},
-		SendPanic: {Err: SendPanicked},
-		SendWrong: {Err: NotRecorded, Outcome: Wrong(w1)},
-		SendLate:  {Err: NotRecorded, Outcome: Sent(w1, "k1")},
+		SendFail:     {Err: OutcomeUnknown},
+		SendBoth:     {Err: OutcomeUnknown},
+		SendPanic:    {Err: SendPanicked},
+		SendWrong:    {Err: NotRecorded, Outcome: Wrong(w1)},
+		SendLate:     {Err: NotRecorded, Outcome: Sent(w1, "k1")},
+		SettleFails:  {Err: NotRecorded, Outcome: Sent(w1, "k1")},
+		SettlePanics: {Err: StorePanicked},
 	} {
 		t.Run("a rail that "+sendNames[send]+" leaves the key in flight", func(t *testing.T) {
 			var m Model
@@ -70,6 +72,19 @@ func TestModelSubmit(t *testing.T) {
 				Op{Kind: Outcome, Key: "k1"},
 				Op{Kind: Submit, Key: "k2", W: w1})
 			assert.Equal(t, []Result{want, {Err: InFlight}, {}, {Err: Conflict, Holder: "k1"}}, got)
+		})
+	}
+	for send, want := range map[Send]Result{
+		SettleFailsAfter:  {Err: NotRecorded, Outcome: Sent(w1, "k1")},
+		SettlePanicsAfter: {Err: StorePanicked},
+	} {
+		t.Run("a store that "+sendNames[send]+" has recorded the answer", func(t *testing.T) {
+			var m Model
+			got := applyAll(&m,
+				Op{Kind: Submit, Key: "k1", W: w1, Send: send},
+				Op{Kind: Submit, Key: "k1", W: w1},
+				Op{Kind: Outcome, Key: "k1"})
+			assert.Equal(t, []Result{want, {Outcome: Sent(w1, "k1")}, {OK: true, Outcome: Sent(w1, "k1")}}, got)
 		})
 	}
 }
@@ -143,8 +158,35 @@ func TestModelClaims(t *testing.T) {
 			Op{Kind: Release, Key: "k1", Ledger: 1}) // nothing to release
 		assert.Equal(t, []Result{{Claimed: true}, {}, {Claimed: true}, {}, {}}, got)
 	})
+	t.Run("a store that fails as it records an answer records it only on its own claim", func(t *testing.T) {
+		for send, failed := range map[Send]func(w W, key string) Result{
+			SettleFailsAfter:  func(w W, key string) Result { return Result{Err: NotRecorded, Outcome: Sent(w, key)} },
+			SettlePanicsAfter: func(W, string) Result { return Result{Err: StorePanicked} },
+		} {
+			var m Model
+			s1, s2 := settle("k1", w1, 0, 1), settle("k2", w2, 0, 2)
+			s1.Send, s2.Send = send, send
+			got := applyAll(&m,
+				claim("k1", w1, 0, 1), Op{Kind: Resolve, Key: "k1", W: w1}, s1,
+				claim("k2", w2, 0, 2), Op{Kind: Release, Key: "k2", Ledger: 1}, s2,
+				Op{Kind: Outcome, Key: "k1"}, Op{Kind: Outcome, Key: "k2"}, Op{Kind: ClaimedBy, W: w2})
+			assert.Equal(t, []Result{
+				{Claimed: true}, {}, failed(w1, "k1"),
+				{Claimed: true}, {}, failed(w2, "k2"),
+				{OK: true, Outcome: w1}, {}, {},
+			}, got, sendNames[send])
+		}
+		for _, send := range []Send{SettleFailsAfter, SettlePanicsAfter} {
+			m := &Model{}
+			op := settle("k1", w1, 0, 1)
+			op.Send = send
+			m.Apply(claim("k1", w1, 0, 1))
+			m.Apply(op)
+			assert.Equal(t, Result{OK: true, Outcome: Sent(w1, "k1")}, m.Apply(Op{Kind: Outcome, Key: "k1"}), sendNames[op.Send])
+		}
+	})
 	t.Run("a send's end clears its mark whatever the rail did", func(t *testing.T) {
-		for _, send := range []Send{SendOK, SendFail, SendPanic, SendWrong, SendLate, SendBoth} {
+		for send := SendOK; send <= lastSend; send++ {
 			var m Model
 			m.Apply(claim("k1", w1, 0, 1))
 			op := settle("k1", w1, 0, 1)
@@ -192,6 +234,7 @@ func TestModelStep(t *testing.T) {
 
 	ok, next := m.Step(Op{Kind: Resolve, Key: "k1", W: w1}, Result{})
 	require.True(t, ok)
+	resolved := next
 	assert.Equal(t, Result{OK: true, Outcome: w1}, next.Apply(Op{Kind: Outcome, Key: "k1"}))
 	assert.Equal(t, before, m.String(), "Step changes nothing")
 
@@ -217,6 +260,14 @@ func TestModelStep(t *testing.T) {
 	done.Apply(Op{Kind: Submit, Key: "k1", W: w1})
 	ok, _ = done.Step(Op{Kind: Resolve, Key: "k1", W: Sent(w1, "k1")}, Result{Err: InFlight})
 	assert.False(t, ok, "a key with an outcome is not in flight")
+
+	for _, got := range []Result{{Err: OutcomeUnknown}, {Err: UnknownKey}, {Outcome: w1}} {
+		ok, _ = m.Step(Op{Kind: Wait, Key: "k1"}, got)
+		assert.False(t, ok, "a Wait for a claim being sent takes effect later, not as %+v", got)
+	}
+	ok, next = resolved.Step(Op{Kind: Wait, Key: "k1"}, Result{Outcome: w1})
+	require.True(t, ok, "once the claim is resolved")
+	assert.True(t, next.Equal(resolved), "Wait changes nothing")
 }
 
 func TestModelCloneEqualString(t *testing.T) {
@@ -348,7 +399,7 @@ func TestModelWait(t *testing.T) {
 		assert.Equal(t, Result{Outcome: W{ID: "w3", Amount: "1", Currency: "EUR", Dest: "d1", TxHash: "tx-a"}},
 			m.Apply(Op{Kind: Wait, Key: "k3"}), "resolved after its send failed")
 	})
-	for _, send := range []Send{SendFail, SendPanic, SendWrong, SendLate, SendBoth} {
+	for _, send := range []Send{SendFail, SendPanic, SendWrong, SendLate, SendBoth, SettleFails, SettlePanics} {
 		t.Run("a key whose send ended without an answer: "+sendNames[send], func(t *testing.T) {
 			var m Model
 			m.Apply(Op{Kind: Submit, Key: "k1", W: w1, Send: send})
@@ -374,11 +425,40 @@ func TestModelWait(t *testing.T) {
 		assert.Equal(t, Result{Err: UnknownKey}, m.Apply(Op{Kind: Wait, Tenant: "t1", Key: "k1"}), "a key of another tenant")
 		assert.Equal(t, Result{Err: InvalidTenant}, m.Apply(Op{Kind: Wait, Tenant: "t1\x00", Key: "k1"}))
 	})
-	t.Run("a claim being sent is no sequential step", func(t *testing.T) {
+	for _, send := range []Send{SettleFailsAfter, SettlePanicsAfter} {
+		t.Run("a key whose store recorded the answer, then "+sendNames[send], func(t *testing.T) {
+			var m Model
+			m.Apply(Op{Kind: Submit, Key: "k1", W: w1, Send: send})
+			assert.Equal(t, Result{Outcome: Sent(w1, "k1")}, m.Apply(Op{Kind: Wait, Key: "k1", Ledger: 1}))
+		})
+	}
+	t.Run("a claim being sent blocks, until its send ends", func(t *testing.T) {
 		var m Model
 		m.Apply(Op{Kind: Claim, Key: "k1", W: w1, ClaimID: 1})
-		assert.Panics(t, func() { m.Apply(Op{Kind: Wait, Key: "k1"}) })
+		assert.True(t, m.Blocks(Op{Kind: Wait, Key: "k1"}))
+		assert.True(t, m.Blocks(Op{Kind: Wait, Key: "k1", Ledger: 1}), "on any ledger")
+		assert.Panics(t, func() { m.Apply(Op{Kind: Wait, Key: "k1"}) }, "it is no sequential step")
+		for _, op := range []Op{
+			{Kind: Wait, Key: "k2"}, {Kind: Wait, Tenant: "t1", Key: "k1"}, {Kind: Wait, Tenant: "t1\x00", Key: "k1"},
+			{Kind: Outcome, Key: "k1"}, {Kind: Submit, Key: "k1", W: w1},
+		} {
+			assert.False(t, m.Blocks(op), "%s %q %s", kindNames[op.Kind], op.Tenant, op.Key)
+		}
+		assert.Equal(t, Result{Err: InFlight}, m.Apply(Op{Kind: Release, Key: "k1"}))
+		assert.True(t, m.Blocks(Op{Kind: Wait, Key: "k1"}), "a Release refused by the sender's ledger ends nothing")
 		m.Apply(Op{Kind: Settle, Key: "k1", W: w1, ClaimID: 1, Send: SendFail})
+		assert.False(t, m.Blocks(Op{Kind: Wait, Key: "k1"}))
 		assert.Equal(t, Result{Err: OutcomeUnknown}, m.Apply(Op{Kind: Wait, Key: "k1"}), "once the send ended")
+	})
+	t.Run("a claim being sent, resolved or released through another ledger", func(t *testing.T) {
+		var m Model
+		applyAll(&m, Op{Kind: Claim, Key: "k1", W: w1, ClaimID: 1}, Op{Kind: Claim, Key: "k2", W: w2, ClaimID: 2})
+		require.True(t, m.Blocks(Op{Kind: Wait, Key: "k1"}))
+		require.True(t, m.Blocks(Op{Kind: Wait, Key: "k2"}))
+		applyAll(&m, Op{Kind: Resolve, Key: "k1", W: Sent(w1, "x"), Ledger: 1}, Op{Kind: Release, Key: "k2", Ledger: 1})
+		assert.False(t, m.Blocks(Op{Kind: Wait, Key: "k1"}))
+		assert.False(t, m.Blocks(Op{Kind: Wait, Key: "k2"}))
+		assert.Equal(t, Result{Outcome: Sent(w1, "x")}, m.Apply(Op{Kind: Wait, Key: "k1"}), "the resolved outcome, while its send runs")
+		assert.Equal(t, Result{Err: UnknownKey}, m.Apply(Op{Kind: Wait, Key: "k2"}), "released while its send runs")
 	})
 }

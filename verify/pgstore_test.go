@@ -1,6 +1,7 @@
 package verify
 
 import (
+	"context"
 	"os"
 	"testing"
 
@@ -9,6 +10,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/driver"
 	"github.com/idemledger/submissions/internal/figures"
 	"github.com/idemledger/submissions/pgstore"
 )
@@ -18,16 +20,41 @@ import (
 var postgresRun = linConfig{histories: 1000, clients: 6, ops: 12, groups: 2}
 
 // postgresLanes returns three ledgers on table, as three instances of a
-// service, each with a Store of its own and marks of its own.
+// service, each with a Store of its own and marks of its own, with the faults
+// of the Settle kinds of Send.
 func postgresLanes(t require.TestingT, pool *pgxpool.Pool, table string) []lane {
 	var lanes []lane
 	for i := range 3 {
 		st, err := pgstore.New[W](pool, pgstore.WithTable(table))
 		require.NoError(t, err)
 		require.NoError(t, st.Migrate(bg))
-		lanes = append(lanes, lane{submissions.NewWithStore[W](st, quiet), i})
+		lanes = append(lanes, lane{submissions.NewWithStore[W](faultyPostgres{st}, quiet), i})
 	}
 	return lanes
+}
+
+// faultyPostgres is pgstore, with every ability it has, whose Settle plays
+// the faults of injectSettleFault, and whose Lookup and WaitClaim note their
+// reads.
+type faultyPostgres struct{ *pgstore.Store[W] }
+
+// Lookup implements driver.Store.
+func (s faultyPostgres) Lookup(ctx context.Context, tenant, key string) (driver.Record[W], bool, error) {
+	defer noteRead(ctx)
+	return s.Store.Lookup(ctx, tenant, key)
+}
+
+// WaitClaim implements driver.Waiter.
+func (s faultyPostgres) WaitClaim(ctx context.Context, tenant, key string, token driver.Token) (driver.Record[W], bool, error) {
+	noteRead(ctx)
+	return s.Store.WaitClaim(ctx, tenant, key, token)
+}
+
+// Settle implements driver.Store.
+func (s faultyPostgres) Settle(ctx context.Context, tenant, key string, token driver.Token, outcome W) (driver.Record[W], bool, error) {
+	return injectSettleFault(ctx, func() (driver.Record[W], bool, error) {
+		return s.Store.Settle(ctx, tenant, key, token, outcome)
+	}, nil)
 }
 
 func TestLinearizablePostgres(t *testing.T) {
@@ -57,6 +84,17 @@ func TestPostgresWaitAfterEverySend(t *testing.T) {
 	table := testTable(t, pool, "wait")
 	postgresLanes(t, pool, table) // migrates the table once
 	waitAfterEverySend(t, func(t *testing.T) []lane {
+		_, err := pool.Exec(bg, "TRUNCATE "+table)
+		require.NoError(t, err)
+		return postgresLanes(t, pool, table)
+	})
+}
+
+func TestPostgresWaitWhileSending(t *testing.T) {
+	pool := testPool(t)
+	table := testTable(t, pool, "sending")
+	postgresLanes(t, pool, table) // migrates the table once
+	waitWhileSending(t, func(t *testing.T) []lane {
 		_, err := pool.Exec(bg, "TRUNCATE "+table)
 		require.NoError(t, err)
 		return postgresLanes(t, pool, table)

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/driver"
 )
 
 // testPool returns a pool on the test database, closed when t ends. Without a
@@ -66,7 +67,7 @@ func TestBrokenPostgresClaimIsCaught(t *testing.T) {
 	require.NoError(t, err)
 	var lanes []lane
 	for i := range 3 { // three instances of a service, on one table
-		lanes = append(lanes, lane{submissions.NewWithStore[W](&checkThenInsert{pool: pool, table: table}, quiet), i})
+		lanes = append(lanes, lane{submissions.NewWithStore[W](faultyStore{&checkThenInsert{pool: pool, table: table}}, quiet), i})
 	}
 	caught(t, brokenPostgresRun, func(int) []lane { return lanes })
 }
@@ -85,42 +86,42 @@ const columns = "withdrawal_id, amount, currency, destination, outcome, token"
 
 // scanRecord reads a row of columns as a Record, with ok false when there is
 // none.
-func scanRecord(row pgx.Row) (rec submissions.Record[W], ok bool, err error) {
+func scanRecord(row pgx.Row) (rec driver.Record[W], ok bool, err error) {
 	var outcome []byte
 	var token int64
 	fp := &rec.Fingerprint
 	err = row.Scan(&fp.WithdrawalID, &fp.Amount, &fp.Currency, &fp.Destination, &outcome, &token)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return submissions.Record[W]{}, false, nil
+		return driver.Record[W]{}, false, nil
 	case err != nil:
-		return submissions.Record[W]{}, false, err
+		return driver.Record[W]{}, false, err
 	}
-	rec.Token = submissions.Token(token)
+	rec.Token = driver.Token(token)
 	if outcome != nil {
 		rec.Done = true
 		if err := json.Unmarshal(outcome, &rec.Outcome); err != nil {
-			return submissions.Record[W]{}, false, err
+			return driver.Record[W]{}, false, err
 		}
 	}
 	return rec, true, nil
 }
 
-func (s *checkThenInsert) Claim(ctx context.Context, tenant, key string, fp submissions.Fingerprint, outcome *W) (submissions.Record[W], bool, error) {
+func (s *checkThenInsert) Claim(ctx context.Context, tenant, key string, fp driver.Fingerprint, outcome *W) (driver.Record[W], bool, error) {
 	if rec, ok, err := s.Lookup(ctx, tenant, key); err != nil || ok {
 		return rec, false, err
 	}
 	if holder, ok, err := s.ClaimedBy(ctx, tenant, fp.WithdrawalID); err != nil || ok {
 		if ok {
-			err = &submissions.ConflictError{Tenant: tenant, Holder: holder, Key: key, WithdrawalID: fp.WithdrawalID}
+			err = &driver.ConflictError{Tenant: tenant, Holder: holder, Key: key, WithdrawalID: fp.WithdrawalID}
 		}
-		return submissions.Record[W]{}, false, err
+		return driver.Record[W]{}, false, err
 	}
 	var encoded []byte
 	if outcome != nil {
 		var err error
 		if encoded, err = json.Marshal(*outcome); err != nil {
-			return submissions.Record[W]{}, false, err
+			return driver.Record[W]{}, false, err
 		}
 	}
 	rec, _, err := scanRecord(s.pool.QueryRow(ctx, "INSERT INTO "+s.table+
@@ -130,15 +131,15 @@ func (s *checkThenInsert) Claim(ctx context.Context, tenant, key string, fp subm
 }
 
 // claimOf returns key's record of token, with ok false when there is none.
-func (s *checkThenInsert) claimOf(ctx context.Context, tenant, key string, token submissions.Token) (submissions.Record[W], bool, error) {
+func (s *checkThenInsert) claimOf(ctx context.Context, tenant, key string, token driver.Token) (driver.Record[W], bool, error) {
 	return scanRecord(s.pool.QueryRow(ctx, "SELECT "+columns+" FROM "+s.table+
 		" WHERE tenant = $1 AND request_key = $2 AND token = $3", tenant, key, int64(token)))
 }
 
-func (s *checkThenInsert) Settle(ctx context.Context, tenant, key string, token submissions.Token, outcome W) (submissions.Record[W], bool, error) {
+func (s *checkThenInsert) Settle(ctx context.Context, tenant, key string, token driver.Token, outcome W) (driver.Record[W], bool, error) {
 	encoded, err := json.Marshal(outcome)
 	if err != nil {
-		return submissions.Record[W]{}, false, err
+		return driver.Record[W]{}, false, err
 	}
 	rec, settled, err := scanRecord(s.pool.QueryRow(ctx, "UPDATE "+s.table+" SET outcome = $4"+
 		" WHERE tenant = $1 AND request_key = $2 AND token = $3 AND outcome IS NULL RETURNING "+columns, tenant, key, int64(token), encoded))
@@ -149,7 +150,7 @@ func (s *checkThenInsert) Settle(ctx context.Context, tenant, key string, token 
 	return rec, false, err
 }
 
-func (s *checkThenInsert) Release(ctx context.Context, tenant, key string, token submissions.Token) (submissions.Record[W], bool, error) {
+func (s *checkThenInsert) Release(ctx context.Context, tenant, key string, token driver.Token) (driver.Record[W], bool, error) {
 	rec, released, err := scanRecord(s.pool.QueryRow(ctx, "DELETE FROM "+s.table+
 		" WHERE tenant = $1 AND request_key = $2 AND token = $3 AND outcome IS NULL RETURNING "+columns, tenant, key, int64(token)))
 	if err != nil || released {
@@ -159,7 +160,7 @@ func (s *checkThenInsert) Release(ctx context.Context, tenant, key string, token
 	return rec, false, err
 }
 
-func (s *checkThenInsert) Lookup(ctx context.Context, tenant, key string) (submissions.Record[W], bool, error) {
+func (s *checkThenInsert) Lookup(ctx context.Context, tenant, key string) (driver.Record[W], bool, error) {
 	return scanRecord(s.pool.QueryRow(ctx, "SELECT "+columns+" FROM "+s.table+
 		" WHERE tenant = $1 AND request_key = $2 ORDER BY token LIMIT 1", tenant, key))
 }

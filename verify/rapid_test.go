@@ -57,8 +57,8 @@ func drawStep(t *rapid.T, lanes int, tenant, key string, depth int) step {
 		tenant = drawTenant(t)
 	}
 	kinds := []Kind{Submit, Resolve, Release, Outcome, ClaimedBy, Prune, Wait}
-	if depth == 0 { // in a rail: mostly what can change the claim being sent; no Wait, which would wait for it
-		kinds = []Kind{Submit, Submit, Resolve, Release, Release, Release, Outcome, Prune}
+	if depth == 0 { // in a rail: mostly what can change the claim being sent, and Waits, which may block for it
+		kinds = []Kind{Submit, Submit, Resolve, Release, Release, Release, Outcome, Prune, Wait, Wait}
 	}
 	st := step{
 		op:   Op{Kind: rapid.SampledFrom(kinds).Draw(t, "kind"), Tenant: tenant, Key: key, W: drawW(t, key)},
@@ -68,7 +68,7 @@ func drawStep(t *rapid.T, lanes int, tenant, key string, depth int) step {
 	case Prune: // through the Admin of a ledger on the store itself, which is a Pruner
 		st.lane = 0
 	case Submit:
-		st.op.Send = Send(rapid.IntRange(0, int(SendBoth)).Draw(t, "send"))
+		st.op.Send = Send(rapid.IntRange(0, int(lastSend)).Draw(t, "send"))
 		if depth > 0 && st.op.Send != SendNil {
 			for range rapid.IntRange(0, 3).Draw(t, "during") {
 				st.during = append(st.during, drawStep(t, lanes, tenant, key, depth-1))

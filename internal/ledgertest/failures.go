@@ -326,6 +326,7 @@ func testReleaseWaitsForAClaimUntilItsContextEnds(t *testing.T, newStore Factory
 	err := f.s.Release(ctx, "req-1")
 	require.ErrorIs(t, err, context.DeadlineExceeded, "the wait ends with the context")
 	require.NotErrorIs(t, err, submissions.ErrSubmissionInFlight)
+	require.NotErrorIs(t, err, submissions.ErrStoreFailed, "a wait that its context ended is no store failure")
 
 	// A negative check, best effort: the Release has not answered after a
 	// while; the refusal below shows it waited for the claim's reply.

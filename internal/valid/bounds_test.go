@@ -38,6 +38,7 @@ func TestTextProblemSaysWhy(t *testing.T) {
 	assert.Equal(t, "longer than 4 bytes", TextProblem("abcde", 4))
 	assert.Equal(t, "not valid UTF-8", TextProblem("a\xff", 4))
 	assert.Equal(t, "has a NUL byte", TextProblem("a\x00", 4))
+	assert.Equal(t, "has a NUL byte", TextProblem("abc\x00", 4), "at the limit")
 }
 
 // TestAmountsAtTheirBounds: every digit, one point at most wherever it is,
@@ -99,6 +100,8 @@ func TestSameCurrencyReadsCase(t *testing.T) {
 	assert.True(t, SameCurrency("USDC", "usdc"))
 	assert.True(t, SameCurrency("USDC", "UsDc"))
 	assert.True(t, SameCurrency("AZ", "az"))
+	assert.True(t, SameCurrency("USD1", "usd1"), "digits stay as they are")
+	assert.True(t, SameCurrency("A09", "a09"))
 	assert.False(t, SameCurrency("USDC", "USD"))
 	assert.False(t, SameCurrency("USDC", "USDT"))
 	assert.False(t, SameCurrency("A{", "a["), "only letters change case")
