@@ -79,6 +79,12 @@ func (s *Submissions[R]) ledger() *engine.Ledger[R] {
 	if l := s.l.Load(); l != nil {
 		return l
 	}
+	return s.start()
+}
+
+// start gives a zero value its empty memory store, unless a call of another
+// goroutine has, and returns the engine.
+func (s *Submissions[R]) start() *engine.Ledger[R] {
 	s.l.CompareAndSwap(nil, engine.New[R](&memStore[R]{}, nil, nil))
 	return s.l.Load()
 }

@@ -228,11 +228,15 @@ type Send[R any] interface {
 	Abandon(ctx context.Context) error
 }
 
-// A Replayer is a Store that can answer a retry from memory: the outcome of
-// a done key whose record has fp's fingerprint, fp as the retry gave it,
-// whatever its spelling. The ledger asks it first and, when it answers,
-// checks nothing more; any other answer says nothing, and the ledger goes
-// on as without it. It must be quick: it runs on every submit.
+// A Replayer is a Store that can answer a retry from memory, before the
+// ledger checks the retry again: the ledger asks it first, and when it
+// answers, checks nothing more; when it does not, the ledger goes on as
+// without it. It must be quick: it runs on every submit.
 type Replayer[R any] interface {
-	Replay(tenant, key string, fp Fingerprint) (outcome R, ok bool)
+	// Replay returns tenant's outcome of key when key, exactly as given,
+	// has a done record whose withdrawal is fp's, fp as the retry gave it
+	// (compared as Fingerprint says, by meaning) and valid; and nil
+	// otherwise. The outcome it points to never changes, and the caller
+	// does not change it.
+	Replay(tenant, key string, fp Fingerprint) (outcome *R)
 }

@@ -11,7 +11,11 @@ import (
 
 func testReplayer(t *testing.T, newStores Factory) {
 	replay := func(st store, tenant, key string, f driver.Fingerprint) (Withdrawal, bool) {
-		return st.(driver.Replayer[Withdrawal]).Replay(tenant, key, f)
+		out := st.(driver.Replayer[Withdrawal]).Replay(tenant, key, f)
+		if out == nil {
+			return Withdrawal{}, false
+		}
+		return *out, true
 	}
 
 	t.Run("answers for a done key with the same withdrawal, however it is spelled", func(t *testing.T) {

@@ -22,8 +22,8 @@ func (l *Ledger[R]) Submit(ctx context.Context, tenant, key string, req R,
 	// trimmed, and a fingerprint as given, valid and the same: only ctx
 	// remains to check.
 	given := req.Fingerprint()
-	out, ok := l.replayer.Replay(tenant, key, given)
-	if !ok {
+	out := l.replayer.Replay(tenant, key, given)
+	if out == nil {
 		return l.submit(ctx, tenant, key, req, &given, send)
 	}
 	if err := ctx.Err(); err != nil {
@@ -31,7 +31,7 @@ func (l *Ledger[R]) Submit(ctx context.Context, tenant, key string, req R,
 		return zero, false, err
 	}
 	l.report(ctx, tenant, observe.EventReplayed, key, given.WithdrawalID, 0, nil)
-	return out, true, nil
+	return *out, true, nil
 }
 
 // submit is Submit past the Replayer: given is req's fingerprint when the

@@ -44,7 +44,7 @@ func (l *Ledger[R]) Wait(ctx context.Context, tenant, key string) (R, error) {
 			}
 		}()
 	}
-	if w, ok := l.store.(driver.Waiter[R]); ok {
+	if w, isWaiter := l.store.(driver.Waiter[R]); isWaiter {
 		rec, ok, err = w.WaitClaim(wctx, tenant, key, token)
 	} else {
 		rec, ok, err = l.poll(wctx, tenant, key, token)
