@@ -159,3 +159,77 @@ func TestTrackedForgetsEveryMark(t *testing.T) {
 	assert.Empty(t, g.claiming, "keys still being claimed once every call has returned")
 	assert.Empty(t, g.sending, "claims still being sent once every call has returned")
 }
+
+// TestWaitLearnsOfItsOwnSendsEnd: on a Store that can neither wait nor
+// record an abandoned send, a Wait through the ledger that runs the key's
+// send learns from the send itself that it ended: without an answer
+// (ErrOutcomeUnknown), or with one (the outcome), at once and not when its
+// ctx ends.
+func TestWaitLearnsOfItsOwnSendsEnd(t *testing.T) {
+	for name, answer := range map[string]error{"without an answer": errors.New("rail timed out"), "with an answer": nil} {
+		t.Run(name, func(t *testing.T) {
+			l := New[transfer](newMapStore(), slog.New(slog.DiscardHandler), nil)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			started, finish := make(chan struct{}), make(chan struct{})
+			sent := make(chan error, 1)
+			go func() {
+				_, _, err := l.Submit(ctx, "", "req-1", transfer{ID: "w-1"}, func(context.Context, transfer) (transfer, error) {
+					close(started)
+					<-finish
+					return transfer{ID: "w-1", TxHash: "0xtx"}, answer
+				})
+				sent <- err
+			}()
+			<-started
+			type result struct {
+				out transfer
+				err error
+			}
+			waited := make(chan result, 1)
+			go func() {
+				out, err := l.Wait(ctx, "", "req-1")
+				waited <- result{out, err}
+			}()
+			time.Sleep(20 * time.Millisecond) // the Wait is under way (a check that can only miss a bug)
+			close(finish)
+			require.Equal(t, answer == nil, <-sent == nil)
+			select {
+			case r := <-waited:
+				if answer != nil {
+					require.ErrorIs(t, r.err, ErrOutcomeUnknown)
+					assert.EqualError(t, r.err, "outcome unknown: request key req-1: its send ended without an answer")
+				} else {
+					require.NoError(t, r.err)
+					assert.Equal(t, transfer{ID: "w-1", TxHash: "0xtx"}, r.out)
+				}
+			case <-time.After(5 * time.Second):
+				require.FailNow(t, "the Wait did not learn that the send ended")
+			}
+		})
+	}
+}
+
+// TestWaitSaysWhyAKeyIsUnknown: a key never claimed, and a key released while
+// a Wait waited, are both ErrUnknownKey, each saying which it is.
+func TestWaitSaysWhyAKeyIsUnknown(t *testing.T) {
+	st := newMapStore()
+	l := New[transfer](st, slog.New(slog.DiscardHandler), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := l.Wait(ctx, "", "req-9")
+	assert.EqualError(t, err, "request key is not claimed: request key req-9")
+
+	_, _, err = st.Claim(ctx, "", "req-1", transfer{ID: "w-1"}.Fingerprint(), nil) // claimed elsewhere: no send of this ledger
+	require.NoError(t, err)
+	waited := make(chan error, 1)
+	go func() {
+		_, err := l.Wait(ctx, "", "req-1")
+		waited <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	require.NoError(t, l.Release(ctx, "", "req-1", 0))
+	err = <-waited
+	require.ErrorIs(t, err, ErrUnknownKey)
+	assert.EqualError(t, err, "request key is not claimed: request key req-1 was released while waited for")
+}

@@ -50,11 +50,9 @@ func (l *Ledger[R]) Wait(ctx context.Context, tenant, key string) (R, error) {
 		rec, ok, err = l.poll(wctx, tenant, key, token)
 	}
 	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
-		// This ledger's send ended: what it left is in the store now.
+		// This ledger's send ended: what it left is in the store now, and a
+		// claim still in flight has no send that may answer.
 		rec, ok, err = l.store.Lookup(ctx, tenant, key)
-		if err == nil && ok && rec.Token == token && !rec.Done {
-			rec.Abandoned = true // no send of it runs, and none will
-		}
 	}
 	if err != nil {
 		return zero, l.failed(ctx, "request key "+key, "wait", err)

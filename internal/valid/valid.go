@@ -164,10 +164,5 @@ func SameCurrency(canonical, currency string) bool {
 
 // Trim returns key without surrounding white space.
 func Trim(key string) string {
-	// Most keys have nothing to trim: ASCII white space is at most ' ', and
-	// Unicode's other spaces start and end with bytes of at least RuneSelf.
-	if n := len(key); n == 0 || key[0] <= ' ' || key[0] >= utf8.RuneSelf || key[n-1] <= ' ' || key[n-1] >= utf8.RuneSelf {
-		return strings.TrimSpace(key)
-	}
-	return key
+	return strings.TrimSpace(key)
 }
