@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -194,9 +195,9 @@ func TestAWaitElsewhereLearnsASendWhoseSettleFailed(t *testing.T) {
 }
 
 // TestAWaitThroughTheSenderHearsAResolveElsewhere: instance A sends a key,
-// its send held up; a Wait of the key through A itself answers with the
-// outcome an operator records through instance B, on a pool of its own,
-// while A's send still runs. A's send then answers the same, and its Submit
+// its send held up; a Wait of the key through A itself answers, within the
+// polling interval, with the outcome an operator records through instance
+// B, on a pool of its own, while A's send still runs. A's send then answers the same, and its Submit
 // succeeds.
 func TestAWaitThroughTheSenderHearsAResolveElsewhere(t *testing.T) {
 	poolA, poolB := testPool(t, 4), testPool(t, 4)
@@ -226,9 +227,10 @@ func TestAWaitThroughTheSenderHearsAResolveElsewhere(t *testing.T) {
 	defer release() // after a failure: the send ends, and Submit with it
 	<-sending
 	waited := goWait(a, "req-1")
-	// Not a precondition: a Wait that watched A's send only, and not the
-	// store, would fail the check below too, at its deadline.
-	assert.True(t, waiting(t, poolB, st.names.base), "A's Wait waits in the store, not only for its own send")
+	// A's Wait reads the store now and then (it holds no connection, which
+	// A's send needs to record its answer); a Wait that watched A's send
+	// only would fail the check below, at its deadline.
+	time.Sleep(50 * time.Millisecond)
 	start := time.Now()
 	require.NoError(t, b.Resolve(bg, "req-1", answer), "Resolve through B while A sends")
 	got := requirePrompt(t, waited, start, "A's Wait, while A sends")
@@ -248,4 +250,46 @@ func TestAWaitThroughTheSenderHearsAResolveElsewhere(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, done)
 	assert.Equal(t, answer, out)
+}
+
+// TestWaitsThroughTheSenderLeaveItsPoolFree: many Waits of a key through the
+// instance that is sending it, twice as many as its pool has connections,
+// hold none of them: the send records its answer at once when it ends, and
+// every Wait gets that outcome promptly (a Wait that held a connection would
+// keep the answer from being recorded until the Waits' deadlines).
+func TestWaitsThroughTheSenderLeaveItsPoolFree(t *testing.T) {
+	const conns = 4
+	pool := testPool(t, conns)
+	a := submissions.NewWithStore[w](newTestStore[w](t, pool), submissions.WithLogger(quiet))
+	x := newW("w-1")
+	answer := sent(x, "0xmoved")
+	sending, gate := make(chan struct{}), make(chan struct{})
+	submit := make(chan error, 1)
+	go func() {
+		_, err := a.Submit(bg, "req-1", x, func(context.Context, w) (w, error) {
+			close(sending)
+			<-gate
+			return answer, nil
+		})
+		submit <- err
+	}()
+	<-sending
+	waits := make([]<-chan waitResult, 2*conns)
+	for i := range waits {
+		waits[i] = goWait(a, "req-1")
+	}
+	time.Sleep(100 * time.Millisecond) // the Waits are under way (a check that can only miss a bug)
+	start := time.Now()
+	close(gate)
+	select {
+	case err := <-submit:
+		require.NoError(t, err, "the send's answer is recorded")
+	case <-time.After(prompt):
+		require.FailNow(t, "the send's answer was not recorded promptly: its pool is held by the Waits")
+	}
+	for i, done := range waits {
+		got := requirePrompt(t, done, start, fmt.Sprintf("Wait %d", i))
+		require.NoError(t, got.err)
+		assert.Equal(t, answer, got.out)
+	}
 }

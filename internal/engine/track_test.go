@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -232,4 +233,57 @@ func TestWaitSaysWhyAKeyIsUnknown(t *testing.T) {
 	err = <-waited
 	require.ErrorIs(t, err, ErrUnknownKey)
 	assert.EqualError(t, err, "request key is not claimed: request key req-1 was released while waited for")
+}
+
+// waiterStore is a mapStore that is a driver.Waiter, and counts the waits it
+// is asked for.
+type waiterStore struct {
+	*mapStore
+	waits atomic.Int64
+}
+
+func (s *waiterStore) WaitClaim(ctx context.Context, tenant, key string, token driver.Token) (driver.Record[transfer], bool, error) {
+	s.waits.Add(1)
+	<-ctx.Done() // never woken: the ledger must not rely on it here
+	return driver.Record[transfer]{}, false, ctx.Err()
+}
+
+// TestAWaitForItsOwnSendHoldsNoStoreWait: a Wait of a key this ledger is
+// sending does not wait in the store's WaitClaim, which may hold a
+// connection that the send needs to record its answer: it reads the store
+// now and then, and learns from the send itself when it ends.
+func TestAWaitForItsOwnSendHoldsNoStoreWait(t *testing.T) {
+	st := &waiterStore{mapStore: newMapStore()}
+	l := New[transfer](st, slog.New(slog.DiscardHandler), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	started, finish := make(chan struct{}), make(chan struct{})
+	sent := make(chan error, 1)
+	go func() {
+		_, _, err := l.Submit(ctx, "", "req-1", transfer{ID: "w-1"}, func(context.Context, transfer) (transfer, error) {
+			close(started)
+			<-finish
+			return transfer{ID: "w-1", TxHash: "0xtx"}, nil
+		})
+		sent <- err
+	}()
+	<-started
+	waited := make(chan error, 1)
+	go func() {
+		_, err := l.Wait(ctx, "", "req-1")
+		waited <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	close(finish)
+	require.NoError(t, <-sent)
+	require.NoError(t, <-waited)
+	assert.Zero(t, st.waits.Load(), "WaitClaims asked for while this ledger sent the key")
+
+	_, _, err := st.Claim(ctx, "", "req-2", transfer{ID: "w-2"}.Fingerprint(), nil) // claimed elsewhere
+	require.NoError(t, err)
+	wctx, wcancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer wcancel()
+	_, err = l.Wait(wctx, "", "req-2")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Equal(t, int64(1), st.waits.Load(), "a claim this ledger does not send is waited for in the store")
 }

@@ -9,10 +9,12 @@ import (
 )
 
 // Wait blocks until tenant's key has an outcome and returns it. A claim in
-// flight is waited for in the store (with its WaitClaim when it is a
-// driver.Waiter, by polling Lookup otherwise) until it is settled, released
-// or abandoned there, and, when a send of this ledger runs under it, until
-// that send ends, whichever comes first.
+// flight is waited for in the store until it is settled, released or
+// abandoned there: with its WaitClaim when it is a driver.Waiter and no send
+// of this ledger runs under the claim; otherwise by polling Lookup, and then,
+// when this ledger is sending the claim, until that send ends too, whichever
+// comes first. A wait for a send of this ledger holds none of the store's
+// connections, which the send needs to record its answer.
 func (l *Ledger[R]) Wait(ctx context.Context, tenant, key string) (R, error) {
 	var zero R
 	key, err := begin(ctx, key)
@@ -44,7 +46,7 @@ func (l *Ledger[R]) Wait(ctx context.Context, tenant, key string) (R, error) {
 			}
 		}()
 	}
-	if w, isWaiter := l.store.(driver.Waiter[R]); isWaiter {
+	if w, isWaiter := l.store.(driver.Waiter[R]); isWaiter && ended == nil {
 		rec, ok, err = w.WaitClaim(wctx, tenant, key, token)
 	} else {
 		rec, ok, err = l.poll(wctx, tenant, key, token)
