@@ -152,3 +152,52 @@ func TestInFlightClaimTimes(t *testing.T) {
 	assert.False(t, claims[0].ClaimedAt.Before(before.Round(0)), "claimed at %v, before %v", claims[0].ClaimedAt, before)
 	assert.False(t, claims[0].ClaimedAt.After(after.Round(0)), "claimed at %v, after %v", claims[0].ClaimedAt, after)
 }
+
+// TestPruneRefusesARecentHorizon: Prune refuses, pruning nothing, a horizon
+// in the future whatever the minimum retention, and one later than the
+// minimum retention ago (a day, or WithMinRetention's; 0 or less for none).
+func TestPruneRefusesARecentHorizon(t *testing.T) {
+	for name, s := range listingLedgers() {
+		t.Run(name, func(t *testing.T) {
+			w := newWithdrawal("w-1")
+			_, err := s.Submit(bg, "req-1", w, nil)
+			require.NoError(t, err)
+			kept := func(msg string) {
+				t.Helper()
+				_, ok, err := s.Outcome(bg, "req-1")
+				require.NoError(t, err, msg)
+				require.True(t, ok, msg)
+			}
+			refused := func(a *admin.Admin[withdrawal], before time.Time, want string) {
+				t.Helper()
+				n, err := a.Prune(bg, before, 0)
+				require.ErrorIs(t, err, admin.ErrHorizonTooRecent)
+				assert.Regexp(t, "^prune horizon too recent: "+want+"$", err.Error())
+				assert.Zero(t, n)
+				kept(want)
+			}
+			time.Sleep(time.Millisecond) // the record settled before now
+			future := time.Date(2099, 1, 1, 0, 0, 0, 0, time.FixedZone("CET", 3600))
+			for _, d := range []time.Duration{admin.DefaultMinRetention, time.Hour, 0, -time.Hour} {
+				refused(s.Admin().WithMinRetention(d), future, `2098-12-31T23:00:00Z is in the future`)
+			}
+			refused(s.Admin(), future, `2098-12-31T23:00:00Z is in the future`)
+			refused(s.Admin(), time.Now(), `\S+Z is later than the minimum retention, 24h0m0s, ago`)
+			refused(s.Admin().WithMinRetention(time.Hour), time.Now().Add(-59*time.Minute), `\S+Z is later than the minimum retention, 1h0m0s, ago`)
+
+			n, err := s.Admin().WithMinRetention(time.Hour).Prune(bg, time.Now().Add(-time.Hour), 0)
+			require.NoError(t, err, "a horizon as old as the minimum")
+			assert.Zero(t, n, "nothing settled an hour ago")
+
+			a := s.Admin()
+			none := a.WithMinRetention(-time.Hour) // less than 0 is 0
+			// WithMinRetention returns a copy: a keeps its minimum.
+			refused(a, time.Now(), `\S+ is later than the minimum retention, 24h0m0s, ago`)
+			n, err = none.Prune(bg, time.Now(), 0)
+			require.NoError(t, err)
+			assert.Equal(t, 1, n)
+			_, _, err = s.Outcome(bg, "req-1")
+			require.ErrorIs(t, err, submissions.ErrPruned)
+		})
+	}
+}

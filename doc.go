@@ -18,7 +18,9 @@
 // an error from a rail does not prove that no money moved. The key is refused
 // with ErrSubmissionInFlight until someone closes it from the rail's
 // evidence: Resolve records what was found, Release says that nothing was
-// sent. Every error belongs to one of three classes, told apart with
+// sent. Only the rail's own word releases a claim at once: a send whose error
+// wraps ErrNotSent. RailKey gives the rail an idempotency key of its own, the
+// same on every send of a withdrawal. Every error belongs to one of three classes, told apart with
 // errors.Is: refused (this call sent nothing), failed before sending
 // (ErrStoreFailed), or money may have moved; docs/errors.md has the table of
 // what to do after each.

@@ -8,7 +8,7 @@ import (
 // The errors of a ledger, in three classes by what the caller may do next.
 // Refused, nothing sent by this call: ErrInvalidTenant, ErrInvalidKey,
 // ErrInvalidFingerprint, ErrIdempotencyConflict (and *ConflictError),
-// ErrSubmissionInFlight, ErrPruned, and for Wait ErrUnknownKey. Failed
+// ErrSubmissionInFlight, ErrPruned, ErrNotSent, and for Wait ErrUnknownKey. Failed
 // before sending: ErrStoreFailed. Money may have moved: ErrOutcomeUnknown
 // and ErrOutcomeNotRecorded.
 var (
@@ -60,6 +60,15 @@ var (
 	// retried may find its key in flight (an operator may Release it: this
 	// call sent nothing), and a Resolve or Release retried tells which.
 	ErrStoreFailed = engine.ErrStoreFailed
+
+	// ErrNotSent: send returned an error wrapping it, the rail's word that
+	// nothing moved (a transient failure before the transfer began, not a
+	// refusal the rail keeps: that is an outcome, to return as one). The
+	// claim was released in the same step that ended the send, unless it was
+	// resolved or released otherwise while send ran (the error says which),
+	// and the error wraps send's too. A retry under the same key may send
+	// again.
+	ErrNotSent = engine.ErrNotSent
 
 	// ErrOutcomeUnknown: send ended without an answer (an error, or a nil
 	// answer; a send that panics panics on, with the same meaning), so the

@@ -180,3 +180,47 @@ func ExampleSubmissions_Tenant() {
 	// shop-b sent false <nil>
 	// shop-a again: sent true <nil>
 }
+
+// The rail says it moved nothing (it was down before the transfer began): the
+// send wraps ErrNotSent, the claim is released at once, and a retry under the
+// same key sends.
+func Example_notSent() {
+	ctx := context.Background()
+	ledger := submissions.New[Withdrawal]()
+	w := Withdrawal{ID: "wd-1", Amount: "25.00", Currency: "USDC", Address: "0xabc", Status: "approved"}
+	unavailable := func(context.Context, Withdrawal) (Withdrawal, error) {
+		return Withdrawal{}, fmt.Errorf("rail: 503 before the transfer: %w", submissions.ErrNotSent)
+	}
+
+	_, err := ledger.Submit(ctx, "req-1", w, unavailable)
+	fmt.Println(err)
+	_, claimed, _ := ledger.ClaimedBy(ctx, "wd-1")
+	fmt.Println("claimed:", claimed)
+	got, err := ledger.Submit(ctx, "req-1", w, broadcast)
+	fmt.Println(got.Status, err)
+	// Output:
+	// request key req-1: claim released: rail: 503 before the transfer: not sent
+	// claimed: false
+	// rail: sending wd-1
+	// sent <nil>
+}
+
+// A rail that deduplicates on an idempotency key of its own gets RailKey: the
+// same for every send of the withdrawal, whatever request key claimed it.
+func ExampleRailKey() {
+	ctx := context.Background()
+	ledger := submissions.New[Withdrawal]()
+	w := Withdrawal{ID: "wd-1", Amount: "25.00", Currency: "USDC", Address: "0xabc", Status: "approved"}
+	_, _ = ledger.Submit(ctx, "req-1", w, func(ctx context.Context, w Withdrawal) (Withdrawal, error) {
+		key, _ := submissions.RailKeyFromContext(ctx)
+		fmt.Println("Idempotency-Key:", key)
+		return broadcast(ctx, w)
+	})
+	fmt.Println(submissions.RailKey("", "wd-1"))
+	fmt.Println(submissions.RailKey("shop-2", "wd-1"))
+	// Output:
+	// Idempotency-Key: 4d7f4bf7-5be5-8373-bf64-8e37d39bf4de
+	// rail: sending wd-1
+	// 4d7f4bf7-5be5-8373-bf64-8e37d39bf4de
+	// eb4f8233-6252-8c74-bd0d-a6aeb1eb8bba
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -15,22 +16,28 @@ import (
 )
 
 // TestLogsCarryTheErrorOfAFailure: a send that fails is logged at Warn with
-// the key, the withdrawal and the error that says what happened; a replay is
-// logged at Info with the key and the withdrawal, and no error.
+// the key, the withdrawal and the error that says what happened; a send that
+// moved nothing at Info; a replay at Debug with the key and the withdrawal,
+// and no error.
 func TestLogsCarryTheErrorOfAFailure(t *testing.T) {
 	var logs bytes.Buffer
-	s := submissions.New[withdrawal](submissions.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	s := submissions.New[withdrawal](submissions.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	failing := func(context.Context, withdrawal) (withdrawal, error) {
 		return withdrawal{}, errors.New("rail timed out")
 	}
 	_, err := s.Submit(bg, "req-1", newWithdrawal("w-1"), failing)
 	require.Error(t, err)
+	_, err = s.Submit(bg, "req-3", newWithdrawal("w-3"), func(context.Context, withdrawal) (withdrawal, error) {
+		return withdrawal{}, fmt.Errorf("rail busy: %w", submissions.ErrNotSent)
+	})
+	require.ErrorIs(t, err, submissions.ErrNotSent)
 	for range 2 {
 		_, err := s.Submit(bg, "req-2", newWithdrawal("w-2"), nil)
 		require.NoError(t, err)
 	}
 	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
-	require.Len(t, lines, 2, "log lines: the failed send, the replay\n%s", logs.String())
+	require.Len(t, lines, 3, "log lines: the failed send, the one that moved nothing, the replay\n%s", logs.String())
 	assert.Contains(t, lines[0], `level=WARN msg="outcome unknown" key=req-1 withdrawal=w-1 error="outcome unknown: request key req-1: rail timed out"`)
-	assert.Regexp(t, `level=INFO msg="submission replayed" key=req-2 withdrawal=w-2$`, lines[1], "the replay's line, with no error")
+	assert.Contains(t, lines[1], `level=INFO msg="not sent, claim released" key=req-3 withdrawal=w-3 error="request key req-3: claim released: rail busy: not sent"`)
+	assert.Regexp(t, `level=DEBUG msg="submission replayed" key=req-2 withdrawal=w-2$`, lines[2], "the replay's line, with no error")
 }

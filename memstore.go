@@ -3,6 +3,7 @@ package submissions
 import (
 	"cmp"
 	"context"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -214,16 +215,26 @@ func (e *entry[R]) Settle(_ context.Context, outcome R) (driver.Record[R], bool,
 	m := e.space.store
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if rec, gone := e.endSend(); gone {
+		return rec, false, nil
+	}
+	settled := e.settleOnce(outcome)
+	return e.record(), settled, nil
+}
+
+// endSend ends e's send, and returns, when e is no longer in the store as a
+// claim (released, or pruned), what the store holds of it: nothing, or its
+// tombstone. The caller holds the lock.
+func (e *entry[R]) endSend() (rec driver.Record[R], gone bool) {
 	e.sending = false
 	e.wake()
 	switch {
 	case e.released:
-		return driver.Record[R]{}, false, nil
+		return driver.Record[R]{}, true
 	case e.pruned:
-		return tombRecord[R](tombstone{e.fp.WithdrawalID, e.token}), false, nil
+		return tombRecord[R](tombstone{e.fp.WithdrawalID, e.token}), true
 	}
-	settled := e.settleOnce(outcome)
-	return e.record(), settled, nil
+	return driver.Record[R]{}, false
 }
 
 // settleOnce records outcome on e unless e has one, and reports whether it
@@ -329,10 +340,32 @@ func (m *memStore[R]) Release(_ context.Context, tenant, key string, token drive
 	if e.done {
 		return e.record(), false, nil
 	}
-	delete(e.space.keys, key)
-	e.space.claims.release(e.fp.WithdrawalID, key)
+	e.drop()
+	return e.record(), true, nil
+}
+
+// drop deletes e, a claim in flight, with its claim of the withdrawal. The
+// caller holds the lock.
+func (e *entry[R]) drop() {
+	delete(e.space.keys, e.key)
+	e.space.claims.release(e.fp.WithdrawalID, e.key)
 	e.released = true
 	e.wake()
+}
+
+// Release implements driver.Send: e's send ends, and e, if in flight, is
+// released, in one step.
+func (e *entry[R]) Release(context.Context) (driver.Record[R], bool, error) {
+	m := e.space.store
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if rec, gone := e.endSend(); gone {
+		return rec, false, nil
+	}
+	if e.done {
+		return e.record(), false, nil
+	}
+	e.drop()
 	return e.record(), true, nil
 }
 
@@ -378,10 +411,10 @@ func (m *memStore[R]) ListInFlight(_ context.Context, q driver.ListQuery) ([]dri
 	}
 	var before, afterAt int64
 	if !q.ClaimedBefore.IsZero() {
-		before = q.ClaimedBefore.UnixNano()
+		before = nanos(q.ClaimedBefore)
 	}
 	if q.After != nil {
-		afterAt = q.After.ClaimedAt.UnixNano()
+		afterAt = nanos(q.After.ClaimedAt)
 	}
 	// order compares two claims in the listing's order.
 	order := func(at int64, tenant, key string, bat int64, btenant, bkey string) int {
@@ -436,9 +469,9 @@ func (m *memStore[R]) ListInFlight(_ context.Context, q driver.ListQuery) ([]dri
 // Each pruned claim's entry goes; its tombstone keeps the key, the
 // withdrawal id and the token.
 func (m *memStore[R]) Prune(_ context.Context, before time.Time, limit int) ([]driver.PrunedRecord, error) {
+	at := nanos(before)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	at := before.UnixNano()
 	n := 0
 	for n < len(m.settled) && n < limit && m.settled[n].at < at {
 		n++
@@ -461,4 +494,17 @@ func (m *memStore[R]) Prune(_ context.Context, before time.Time, limit int) ([]d
 	}
 	m.settled = m.settled[n:]
 	return pruned, nil
+}
+
+// nanos returns t in nanoseconds since the Unix epoch, the store's times, as
+// a bound: a time before (or after) the years those can hold, about 1678 to
+// 2262, is before (or after) every time of the store.
+func nanos(t time.Time) int64 {
+	switch {
+	case t.Before(time.Unix(0, math.MinInt64)):
+		return math.MinInt64
+	case t.After(time.Unix(0, math.MaxInt64)):
+		return math.MaxInt64
+	}
+	return t.UnixNano()
 }

@@ -148,8 +148,9 @@ func TestEventKindNames(t *testing.T) {
 		observe.EventResolved:       "resolved",
 		observe.EventReleased:       "released",
 		observe.EventPruned:         "pruned",
+		observe.EventNotSent:        "not sent",
 		0:                           "unknown event",
-		observe.EventPruned + 1:     "unknown event",
+		observe.EventNotSent + 1:    "unknown event",
 		255:                         "unknown event",
 	} {
 		assert.Equal(t, want, k.String())

@@ -60,6 +60,24 @@ func (s *Submissions[R]) Tenant(id string) *Submissions[R] {
 	return v
 }
 
+// RailKey returns the key to give a payment rail that deduplicates requests
+// by an idempotency key of its own: a UUID (RFC 9562, version 8) made from
+// tenant and withdrawalID only, the same on every claim of the withdrawal,
+// in every process and release. Even a send after an operator's mistaken
+// Release then reaches the rail under the key of the first, and a rail that
+// deduplicates moves no money twice. See docs/rules.md for when a rail needs
+// a fresh key.
+func RailKey(tenant, withdrawalID string) string {
+	return engine.RailKey(tenant, withdrawalID)
+}
+
+// RailKeyFromContext returns, inside a send, the RailKey of the withdrawal
+// being sent in its tenant; ok is false for a ctx that is not, or does not
+// derive from, a send's.
+func RailKeyFromContext(ctx context.Context) (key string, ok bool) {
+	return engine.RailKeyFromContext(ctx)
+}
+
 // ValidateTenant returns nil if id is a valid tenant id ("" included), and
 // otherwise the error wrapping ErrInvalidTenant that every method of its view
 // returns: the check Tenant makes, for a service to run where the id comes in.
@@ -93,33 +111,20 @@ func (s *Submissions[R]) start() *engine.Ledger[R] {
 // already done with the same withdrawal replays its outcome without calling
 // send. Otherwise, once the key and the withdrawal are claimed, Submit calls
 // send(ctx, req) outside any lock (a nil send takes req as the outcome), and
-// records and returns its answer.
+// records and returns its answer. Send finds the withdrawal's RailKey in its
+// ctx (RailKeyFromContext).
 //
 // Before the claim it returns, having sent nothing, ErrInvalidKey,
 // ctx.Err(), ErrInvalidFingerprint, ErrIdempotencyConflict (a *ConflictError
 // for a withdrawal claimed by another key), ErrSubmissionInFlight or
 // ErrPruned (the key, or the key that claims the withdrawal, was pruned: a
 // *ConflictError with Pruned set for the latter) or ErrStoreFailed. After
-// send: ErrOutcomeUnknown with the zero R when send gave no answer (a panic
-// goes on with its own value), or the answer with
-// ErrOutcomeNotRecorded when it could not be recorded. Either way the key
-// stays claimed, unless it was released or resolved while send ran, until
-// Submit sends req at most once for key and returns the outcome. A key
-// already done with the same withdrawal replays its outcome without calling
-// send. Otherwise, once the key and the withdrawal are claimed, Submit calls
-// send(ctx, req) outside any lock (a nil send takes req as the outcome), and
-// records and returns its answer.
-//
-// Before the claim it returns, having sent nothing, ErrInvalidKey,
-// ctx.Err(), ErrInvalidFingerprint, ErrIdempotencyConflict (a *ConflictError
-// for a withdrawal claimed by another key), ErrSubmissionInFlight or
-// ErrPruned (the key, or the key that claims the withdrawal, was pruned: a
-// *ConflictError with Pruned set for the latter) or ErrStoreFailed. After
-// send: ErrOutcomeUnknown with the zero R when send gave no answer (a panic
-// goes on with its own value), or the answer with
-// ErrOutcomeNotRecorded when it could not be recorded. Either way the key
-// stays claimed, unless it was released or resolved while send ran, until
-// Resolve or Release closes it.
+// send: ErrNotSent when send's error wraps it (the claim is released), or
+// else ErrOutcomeUnknown with the zero R when send gave no answer (a panic
+// goes on with its own value), or the answer with ErrOutcomeNotRecorded when
+// it could not be recorded. After these two the key stays claimed, unless it
+// was released or resolved while send ran, until Resolve or Release closes
+// it.
 func (s *Submissions[R]) Submit(ctx context.Context, key string, req R,
 	send func(ctx context.Context, req R) (R, error)) (R, error) {
 	out, _, err := s.SubmitOrReplay(ctx, key, req, send)

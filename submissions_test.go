@@ -87,7 +87,7 @@ func TestDefaultLoggerIsSlogDefault(t *testing.T) {
 	prev := slog.Default()
 	defer slog.SetDefault(prev)
 	var logs bytes.Buffer
-	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 
 	var zero submissions.Submissions[withdrawal]
 	for name, s := range map[string]*submissions.Submissions[withdrawal]{

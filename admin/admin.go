@@ -8,8 +8,8 @@
 //	claims, err := ops.InFlight(ctx, admin.InFlightQuery{OlderThan: time.Hour})
 //
 // Its errors are package submissions' (ErrIdempotencyConflict,
-// ErrSubmissionInFlight, ErrPruned, ErrStoreFailed...), and two of its own:
-// ErrClaimChanged and ErrNotSupported.
+// ErrSubmissionInFlight, ErrPruned, ErrStoreFailed...), and three of its
+// own: ErrClaimChanged, ErrNotSupported and ErrHorizonTooRecent.
 package admin
 
 import (
@@ -36,7 +36,18 @@ var (
 	// call needs, a driver.Lister for InFlight and Reconcile, a
 	// driver.Pruner for Prune. Nothing was read or changed.
 	ErrNotSupported = engine.ErrNotSupported
+
+	// ErrHorizonTooRecent: Prune was given a horizon in the future, or
+	// later than now minus the Admin's minimum retention. Nothing was
+	// pruned. A client that retries a pruned key gets ErrPruned instead of
+	// its outcome, so a horizon younger than the clients' retry window
+	// takes outcomes that they still ask for.
+	ErrHorizonTooRecent = errors.New("prune horizon too recent")
 )
+
+// DefaultMinRetention is the minimum retention of the Admin that New
+// returns: Prune refuses a horizon later than this long ago.
+const DefaultMinRetention = 24 * time.Hour
 
 // Admin is the operator's side of a ledger: calls across tenants (listing
 // the keys in flight, reconciling them with the rail), and actions on one
@@ -48,13 +59,25 @@ var (
 // on ledgers sharing a store, may act on the same claims at once: an action
 // on a claim that another has closed meanwhile changes nothing.
 type Admin[R driver.Fingerprinter] struct {
-	l *engine.Ledger[R]
+	l            *engine.Ledger[R]
+	minRetention time.Duration // Prune refuses a horizon later than this long ago
 }
 
-// New returns the operator's side of the ledger l. It is how
-// submissions.Submissions.Admin makes one: call that.
+// New returns the operator's side of the ledger l, with the minimum
+// retention DefaultMinRetention. It is how submissions.Submissions.Admin
+// makes one: call that.
 func New[R driver.Fingerprinter](l *engine.Ledger[R]) *Admin[R] {
-	return &Admin[R]{l: l}
+	return &Admin[R]{l: l, minRetention: DefaultMinRetention}
+}
+
+// WithMinRetention returns a copy of a whose Prune refuses a horizon later
+// than d ago; 0 or less allows any horizon up to now. a is unchanged. Go
+// below DefaultMinRetention only knowing that a client retrying a key
+// settled since the horizon gets ErrPruned instead of its outcome.
+func (a *Admin[R]) WithMinRetention(d time.Duration) *Admin[R] {
+	c := *a
+	c.minRetention = d
+	return &c
 }
 
 // Claim is a key in flight, as Admin lists it.
@@ -358,14 +381,26 @@ const DefaultPruneBatch = 1000
 // tombstone keeps the request key and its claim of the withdrawal, so that
 // neither is ever sent again; its fingerprint and outcome are dropped: a
 // later call on the key, or on the withdrawal under another key, gets
-// ErrPruned (see docs/operations.md for the horizon to choose). Each pruned record is
-// reported to the observer as EventPruned.
+// ErrPruned instead of the outcome (see docs/operations.md for the horizon
+// to choose). Each pruned record is reported to the observer as
+// EventPruned.
 //
-// It returns ErrNotSupported when the store is not a Pruner; ctx's error,
-// with the count so far, when ctx ends; ErrStoreFailed, with the count so
-// far, when the store fails. Prunes may run at once, from several
-// goroutines or instances, and with every other call.
+// It refuses, pruning nothing, a horizon in the future or later than now
+// minus the minimum retention (DefaultMinRetention, or WithMinRetention's),
+// with an error wrapping ErrHorizonTooRecent that names both. It returns
+// ErrNotSupported when the store is not a Pruner; ctx's error, with the
+// count so far, when ctx ends; ErrStoreFailed, with the count so far, when
+// the store fails. Prunes may run at once, from several goroutines or
+// instances, and with every other call.
 func (a *Admin[R]) Prune(ctx context.Context, before time.Time, batch int) (int, error) {
+	now := time.Now()
+	switch {
+	case before.After(now):
+		return 0, fmt.Errorf("%w: %s is in the future", ErrHorizonTooRecent, before.UTC().Format(time.RFC3339Nano))
+	case before.After(now.Add(-a.minRetention)):
+		return 0, fmt.Errorf("%w: %s is later than the minimum retention, %v, ago", ErrHorizonTooRecent,
+			before.UTC().Format(time.RFC3339Nano), a.minRetention)
+	}
 	if batch <= 0 {
 		batch = DefaultPruneBatch
 	}

@@ -215,13 +215,19 @@ type Tracker[R any] interface {
 }
 
 // A Send is one claim being sent, made by Tracker.ClaimSend. The ledger ends
-// it with Settle or Abandon, and calls Abandon after a Settle that failed or
-// panicked; a call after the one that ended the send changes nothing, except
-// that Abandon after a failed Settle marks a claim still in flight.
+// it with Settle, Release or Abandon, and calls Abandon after a Settle or
+// Release that failed or panicked; a call after the one that ended the send
+// changes nothing, except that Abandon after a failed Settle or Release
+// marks a claim still in flight.
 type Send[R any] interface {
 	// Settle is Store.Settle of the claim, and ends the send, even when it
 	// fails or panics.
 	Settle(ctx context.Context, outcome R) (rec Record[R], settled bool, err error)
+
+	// Release is Store.Release of the claim, for a send that moved nothing
+	// (the rail said so), and ends the send in the same step, even when it
+	// fails or panics: no call sees the claim both released and being sent.
+	Release(ctx context.Context) (rec Record[R], released bool, err error)
 
 	// Abandon ends the send without an outcome and marks the claim, if it
 	// is still in flight, Abandoned, as Abandoner.Abandon does.

@@ -23,12 +23,12 @@ type Event struct {
 	Tenant       string // "" for the default tenant
 	Key          string
 	WithdrawalID string
-	// Duration is how long send ran, for EventSent, EventOutcomeUnknown and
-	// EventNotRecorded of a Submit that sent.
+	// Duration is how long send ran, for EventSent, EventNotSent,
+	// EventOutcomeUnknown and EventNotRecorded of a Submit that sent.
 	Duration time.Duration
 	// Err is the error the call returns, for EventConflict, EventInFlight,
-	// EventOutcomeUnknown and EventNotRecorded (for a send that panicked,
-	// an error that says so).
+	// EventNotSent, EventOutcomeUnknown and EventNotRecorded (for a send
+	// that panicked, an error that says so).
 	Err error
 }
 
@@ -36,7 +36,7 @@ type Event struct {
 type EventKind uint8
 
 // The decisions of a ledger. A Submit that sends reports EventClaimed, then
-// one of EventSent, EventOutcomeUnknown and EventNotRecorded.
+// one of EventSent, EventNotSent, EventOutcomeUnknown and EventNotRecorded.
 const (
 	EventClaimed        EventKind = iota + 1 // the key claimed its withdrawal; send starts
 	EventSent                                // send answered, and the answer is the key's outcome
@@ -48,6 +48,7 @@ const (
 	EventResolved                            // an outcome was recorded by Resolve or an operator
 	EventReleased                            // a key in flight was released
 	EventPruned                              // a settled record was pruned
+	EventNotSent                             // send said it moved nothing, and its claim was released (unless closed meanwhile)
 )
 
 var eventNames = [...]string{
@@ -61,6 +62,7 @@ var eventNames = [...]string{
 	EventResolved:       "resolved",
 	EventReleased:       "released",
 	EventPruned:         "pruned",
+	EventNotSent:        "not sent",
 }
 
 // String returns the kind's name: "claimed", "in flight", "outcome unknown".

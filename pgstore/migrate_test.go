@@ -54,6 +54,34 @@ func TestSchemaRunByAMigrationTool(t *testing.T) {
 	assert.True(t, current, "Migrate finds the table up to date")
 }
 
+// TestMigrateReportSaysWhatItDid: Created for a table that was not there,
+// Updated for one that lacked a part, UpToDate when nothing ran, under
+// either spelling of the table's name.
+func TestMigrateReportSaysWhatItDid(t *testing.T) {
+	pool := testPool(t, 2)
+	table := testTable(t, pool)
+	st, err := New[w](pool, WithTable(table))
+	require.NoError(t, err)
+	qualified, err := New[w](pool, WithTable("public."+table))
+	require.NoError(t, err)
+	for i, want := range []Migration{Created, UpToDate, UpToDate} {
+		got, err := []*Store[w]{st, st, qualified}[i].MigrateReport(bg)
+		require.NoError(t, err)
+		assert.Equal(t, want, got, "migration %d", i)
+	}
+	_, err = pool.Exec(bg, "DROP INDEX "+st.names.prunableIndex)
+	require.NoError(t, err)
+	got, err := qualified.MigrateReport(bg)
+	require.NoError(t, err)
+	assert.Equal(t, Updated, got, "a table that lacked an index")
+	got, err = st.MigrateReport(bg)
+	require.NoError(t, err)
+	assert.Equal(t, UpToDate, got)
+	for m, want := range map[Migration]string{UpToDate: "up to date", Created: "created", Updated: "updated", 7: "Migration(7)"} {
+		assert.Equal(t, want, m.String())
+	}
+}
+
 // TestMigrateLeavesAnUpToDateTableAlone: once the table is up to date,
 // Migrate takes no lock on it, so that a transaction holding the table (a
 // pg_dump, a long report) does not make it wait, nor every statement of the

@@ -53,6 +53,9 @@ func child(role string) error {
 	}
 	ledger := submissions.NewWithStore[w](st)
 	rail := func(ctx context.Context, x w) (w, error) {
+		if os.Getenv("PGSTORE_TEST_NOT_SENT") != "" && rand.IntN(2) == 0 {
+			return w{}, fmt.Errorf("rail busy: %w", submissions.ErrNotSent) // and it moved nothing
+		}
 		if _, err := pool.Exec(ctx, "INSERT INTO "+os.Getenv("PGSTORE_TEST_SENDS")+" (withdrawal_id, process) VALUES ($1, $2)", x.ID, os.Getpid()); err != nil {
 			return w{}, err
 		}
@@ -98,6 +101,12 @@ func race(ctx context.Context, ledger *submissions.Submissions[w], rail func(con
 					key = fmt.Sprintf("p%d-g%d-%s", os.Getpid(), g, id)
 				}
 				_, err := ledger.Submit(ctx, key, newW(id), rail)
+				for errors.Is(err, submissions.ErrNotSent) { // the claim is released: retry
+					mu.Lock()
+					fmt.Println("notsent " + id)
+					mu.Unlock()
+					_, err = ledger.Submit(ctx, key, newW(id), rail)
+				}
 				var conflict *submissions.ConflictError
 				line := "ok " + id // sent, or replayed
 				switch {
@@ -148,8 +157,13 @@ func TestProcessesRaceOnTheSameWithdrawals(t *testing.T) {
 		processes   = 4
 		withdrawals = 40
 	)
-	for _, keys := range []string{"shared", "own"} {
-		t.Run(keys+" keys", func(t *testing.T) {
+	for _, c := range []struct{ keys, notSent string }{{"shared", ""}, {"own", ""}, {"shared", "1"}, {"own", "1"}} {
+		keys := c.keys
+		name := keys + " keys"
+		if c.notSent != "" {
+			name += ", a rail that often says it moved nothing"
+		}
+		t.Run(name, func(t *testing.T) {
 			pool := testPool(t, 4)
 			st := newTestStore[w](t, pool)
 			sends := sendsTable(t, pool)
@@ -158,6 +172,7 @@ func TestProcessesRaceOnTheSameWithdrawals(t *testing.T) {
 				"PGSTORE_TEST_SENDS=" + sends,
 				"PGSTORE_TEST_N=" + strconv.Itoa(withdrawals),
 				"PGSTORE_TEST_KEYS=" + keys,
+				"PGSTORE_TEST_NOT_SENT=" + c.notSent,
 			}
 			type proc struct {
 				cmd   *exec.Cmd
@@ -183,6 +198,9 @@ func TestProcessesRaceOnTheSameWithdrawals(t *testing.T) {
 					results[kind]++
 				}
 				require.NoError(t, p.cmd.Wait(), "a child")
+			}
+			if c.notSent != "" {
+				assert.NotZero(t, results["notsent"], "sends that moved nothing, each retried")
 			}
 			calls := processes * 4 * withdrawals
 			require.Equal(t, calls, results["ok"]+results["conflict"]+results["inflight"], "calls answered: %v", results)

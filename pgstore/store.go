@@ -300,27 +300,66 @@ RETURNING tenant, request_key, withdrawal_id`,
 // runs, however the name is spelled ("submissions" or "public.submissions").
 // It takes no lock on a table that is up to date.
 func (s *Store[R]) Migrate(ctx context.Context) error {
+	_, err := s.MigrateReport(ctx)
+	return err
+}
+
+// A Migration is what Migrate did to the table.
+type Migration uint8
+
+// The Migrations.
+const (
+	UpToDate Migration = iota // the table had all Migrate makes: nothing ran
+	Created                   // there was no table: Migrate made it
+	Updated                   // the table lacked a column or index of today's: Migrate added it
+)
+
+// String returns "up to date", "created" or "updated".
+func (m Migration) String() string {
+	switch m {
+	case UpToDate:
+		return "up to date"
+	case Created:
+		return "created"
+	case Updated:
+		return "updated"
+	}
+	return fmt.Sprintf("Migration(%d)", uint8(m))
+}
+
+// MigrateReport is Migrate, and says what it did: Created, Updated (a table
+// made by an older version), or UpToDate when nothing was needed. With an
+// error, nothing was changed and the Migration means nothing.
+func (s *Store[R]) MigrateReport(ctx context.Context) (Migration, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("pgstore: migrate: %w", err)
+		return UpToDate, fmt.Errorf("pgstore: migrate: %w", err)
 	}
 	defer tx.Rollback(ctx) // a no-op after Commit
 	if err := s.lock(ctx, tx); err != nil {
-		return err
+		return UpToDate, err
 	}
-	var current bool
+	var current, exists bool
 	if err := tx.QueryRow(ctx, s.sql.upToDate, s.upToDateArgs()...).Scan(&current); err != nil {
-		return fmt.Errorf("pgstore: migrate %s: %w", s.names.table, err)
+		return UpToDate, fmt.Errorf("pgstore: migrate %s: %w", s.names.table, err)
 	}
+	done := UpToDate
 	if !current {
+		if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, s.names.table).Scan(&exists); err != nil {
+			return UpToDate, fmt.Errorf("pgstore: migrate %s: %w", s.names.table, err)
+		}
 		if _, err := tx.Exec(ctx, s.schema); err != nil {
-			return fmt.Errorf("pgstore: migrate %s: %w", s.names.table, err)
+			return UpToDate, fmt.Errorf("pgstore: migrate %s: %w", s.names.table, err)
+		}
+		done = Created
+		if exists {
+			done = Updated
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("pgstore: migrate: %w", err)
+		return UpToDate, fmt.Errorf("pgstore: migrate: %w", err)
 	}
-	return nil
+	return done, nil
 }
 
 // upToDateArgs are the arguments of the statement upToDate.

@@ -118,6 +118,9 @@ func testLister(t *testing.T, newStores Factory) {
 				require.Equal(t, want, keysOf(got), "ClaimedBefore %v", before)
 			}
 		}
+		// Centuries away: before, or after, every claim.
+		require.Empty(t, list(t, b, driver.ListQuery{ClaimedBefore: time.Date(1500, 1, 1, 0, 0, 0, 0, time.UTC), Limit: 100}), "ClaimedBefore year 1500")
+		require.Equal(t, keysOf(all), keysOf(list(t, b, driver.ListQuery{ClaimedBefore: time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC), Limit: 100})), "ClaimedBefore year 2300")
 	})
 
 	t.Run("Tenants: nil selects every tenant's claims, an empty slice none, a tenant named twice once", func(t *testing.T) {

@@ -68,6 +68,19 @@ func testPruner(t *testing.T, newStores Factory) {
 		requireRecord(t, a, "", "k-1", done(w, sent(w, "0xk-1"), tok))
 	})
 
+	t.Run("a horizon centuries away is before, or after, every record", func(t *testing.T) {
+		a, b := newStores(t)
+		w := withdrawal("w-1")
+		tok := settled(t, a, "", "k-1", w)
+		stuck := claim(t, a, "t1", "k-2", withdrawal("w-2"))
+		require.Empty(t, prune(t, b, time.Date(1500, 1, 1, 0, 0, 0, 0, time.UTC), 100), "year 1500")
+		requireRecord(t, a, "", "k-1", done(w, sent(w, "0xk-1"), tok))
+		pruned := prune(t, b, time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC), 100)
+		require.Equal(t, []driver.PrunedRecord{{Tenant: "", Key: "k-1", WithdrawalID: "w-1"}}, pruned, "year 2300")
+		requireRecord(t, a, "", "k-1", tombstone("w-1", tok))
+		requireRecord(t, a, "t1", "k-2", stuck)
+	})
+
 	t.Run("at most limit records, the oldest first", func(t *testing.T) {
 		a, b := newStores(t)
 		for i := range 5 {

@@ -95,14 +95,14 @@ func fuzzKind(n byte) Kind {
 	return Kind(n % 5)
 }
 
-// fuzzSend reads n, five bits, as a Send: the rail's (SendOK to SendBoth)
-// by n modulo 7 for 0-27, and the four faults of the store's Settle for
-// 28-31 (which no seed in testdata/fuzz, made before there were any, uses).
+// fuzzSend reads n, five bits, as a Send: the rail's (SendOK to
+// SendNotSent) by n modulo 8 for 0-27, and the four faults of the store's
+// Settle for 28-31.
 func fuzzSend(n byte) Send {
 	if n >= 28 {
 		return SettleFails + Send(n-28)
 	}
-	return Send(int(n) % (int(SendBoth) + 1))
+	return Send(int(n) % (int(SendNotSent) + 1))
 }
 
 // fuzzTenant reads n, five bits, as a tenant: by its low three, the default

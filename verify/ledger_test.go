@@ -29,9 +29,10 @@ func TestMain(m *testing.M) {
 }
 
 var (
-	bg      = context.Background()
-	quiet   = submissions.WithLogger(slog.New(slog.DiscardHandler))
-	errRail = errors.New("rail timed out")
+	bg         = context.Background()
+	quiet      = submissions.WithLogger(slog.New(slog.DiscardHandler))
+	errRail    = errors.New("rail timed out")
+	errNotSent = fmt.Errorf("rail busy: %w", submissions.ErrNotSent)
 )
 
 // railBug is the value a rail that panics panics with.
@@ -94,6 +95,8 @@ func rail(op Op, cancel context.CancelFunc, during func()) func(context.Context,
 			cancel()
 		case SendBoth:
 			return Sent(w, op.Key), errRail
+		case SendNotSent:
+			return W{}, errNotSent
 		}
 		return Sent(w, op.Key), nil
 	}
@@ -155,7 +158,7 @@ func single(s *submissions.Submissions[W], op Op) (res Result, err error) {
 	case ClaimedBy:
 		res.Holder, res.OK, err = s.ClaimedBy(bg, op.W.ID)
 	case Prune:
-		_, err = s.Admin().Prune(bg, time.Now().Add(time.Hour), 0)
+		_, err = s.Admin().WithMinRetention(0).Prune(bg, time.Now(), 0)
 	default:
 		panic(fmt.Sprintf("single: %v", op.Kind))
 	}
@@ -169,7 +172,7 @@ func single(s *submissions.Submissions[W], op Op) (res Result, err error) {
 var classes = []error{
 	submissions.ErrOutcomeNotRecorded, submissions.ErrOutcomeUnknown, submissions.ErrIdempotencyConflict,
 	submissions.ErrSubmissionInFlight, submissions.ErrStoreFailed, submissions.ErrInvalidKey, submissions.ErrInvalidFingerprint,
-	submissions.ErrInvalidTenant, submissions.ErrPruned, submissions.ErrUnknownKey,
+	submissions.ErrInvalidTenant, submissions.ErrPruned, submissions.ErrUnknownKey, submissions.ErrNotSent,
 }
 
 // classify says what an error means, as Model says it. An error no rule
@@ -200,6 +203,8 @@ func classify(err error) Result {
 		return Result{Err: Pruned}
 	case errors.Is(err, submissions.ErrUnknownKey):
 		return Result{Err: UnknownKey}
+	case errors.Is(err, submissions.ErrNotSent) && errors.Is(err, errNotSent):
+		return Result{Err: NotSent}
 	}
 	return Result{Err: Unexpected}
 }

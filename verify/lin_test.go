@@ -282,8 +282,10 @@ func drawCall(rng *rand.Rand, c linConfig, name string, lanes int) call {
 			op.Send = SendNil
 		case r < 80:
 			op.Send = SendFail
-		case r < 85:
+		case r < 82:
 			op.Send = SendBoth
+		case r < 85:
+			op.Send = SendNotSent
 		case r < 91:
 			op.Send = SendPanic
 		case r < 96:
@@ -475,12 +477,12 @@ func describeResult(in Op, out Result) string {
 
 var (
 	sendNames = map[Send]string{SendOK: "sent", SendNil: "request", SendFail: "failed", SendPanic: "panicked",
-		SendWrong: "wrong", SendLate: "late", SendBoth: "answer and error", SettleFails: "Settle failed",
+		SendWrong: "wrong", SendLate: "late", SendBoth: "answer and error", SendNotSent: "said nothing moved", SettleFails: "Settle failed",
 		SettleFailsAfter: "Settle recorded, then failed", SettlePanics: "Settle panicked",
 		SettlePanicsAfter: "Settle recorded, then panicked"}
 	errNames = map[Err]string{Conflict: "Conflict", Idempotency: "Idempotency", InFlight: "InFlight",
 		OutcomeUnknown: "OutcomeUnknown", SendPanicked: "SendPanicked", StorePanicked: "StorePanicked", NotRecorded: "NotRecorded", InvalidTenant: "InvalidTenant",
-		Pruned: "Pruned", UnknownKey: "UnknownKey", Unexpected: "Unexpected"}
+		Pruned: "Pruned", UnknownKey: "UnknownKey", NotSent: "NotSent", Unexpected: "Unexpected"}
 )
 
 // unexpected returns an operation of history that ended with an error no
@@ -495,7 +497,8 @@ func unexpected(history []porcupine.Operation) (porcupine.Operation, bool) {
 }
 
 // unraced returns a Resolve of history that answered InFlight with no
-// Release of its key, in its tenant, that succeeded while it ran: the one answer Model.Step
+// Release of its key, in its tenant, that succeeded while it ran (an
+// operator's, or a send's that moved nothing): the one answer Model.Step
 // allows on faith, checked here. If there is none, it returns how many
 // Resolves answered InFlight.
 func unraced(history []porcupine.Operation) (raced int, _ porcupine.Operation, _ bool) {
@@ -506,8 +509,9 @@ func unraced(history []porcupine.Operation) (raced int, _ porcupine.Operation, _
 		}
 		overlapped := slices.ContainsFunc(history, func(r porcupine.Operation) bool {
 			rin := r.Input.(Op)
-			return rin.Kind == Release && rin.Tenant == in.Tenant && rin.Key == in.Key && r.Output.(Result) == (Result{}) &&
-				r.Call <= op.Return && op.Call <= r.Return
+			released := rin.Kind == Release && r.Output.(Result) == (Result{}) ||
+				rin.Send == SendNotSent && r.Output.(Result).Err == NotSent
+			return released && rin.Tenant == in.Tenant && rin.Key == in.Key && r.Call <= op.Return && op.Call <= r.Return
 		})
 		if !overlapped {
 			return 0, op, true

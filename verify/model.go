@@ -64,13 +64,14 @@ type Send int
 
 // What a rail, and then the store, can do.
 const (
-	SendOK    Send = iota // returns the request, sent, with a transaction id
-	SendNil               // no send function: the request itself is the outcome
-	SendFail              // returns an error
-	SendPanic             // panics
-	SendWrong             // returns the outcome of another withdrawal
-	SendLate              // returns as SendOK does, after the caller's context ended
-	SendBoth              // returns SendOK's answer together with an error
+	SendOK      Send = iota // returns the request, sent, with a transaction id
+	SendNil                 // no send function: the request itself is the outcome
+	SendFail                // returns an error
+	SendPanic               // panics
+	SendWrong               // returns the outcome of another withdrawal
+	SendLate                // returns as SendOK does, after the caller's context ended
+	SendBoth                // returns SendOK's answer together with an error
+	SendNotSent             // returns an error wrapping ErrNotSent: the rail moved nothing
 	// The Settle kinds: the rail answers as SendOK does, and the store,
 	// as the ledger records the answer (the stores of the checks play
 	// these faults when the Submit's ctx asks for them)
@@ -121,6 +122,7 @@ const (
 	InvalidTenant      // submissions.ErrInvalidTenant
 	Pruned             // submissions.ErrPruned: the key's record was pruned
 	UnknownKey         // submissions.ErrUnknownKey: Wait's key has no claim
+	NotSent            // submissions.ErrNotSent, with the rail's error: the claim was released, unless closed meanwhile
 	Unexpected         // any other error, ErrStoreFailed included: no rule gives one here
 )
 
@@ -240,7 +242,8 @@ func (m *Model) Apply(op Op) Result {
 
 // Step reports whether a ledger in state m may answer op with got, and the
 // state it is in then; m is not changed. It is Apply, with the one answer
-// the rules leave open: a Resolve that races a Release of the same key may
+// the rules leave open: a Resolve that races a Release of the same key (an
+// operator's, or that of a send that moved nothing) may
 // find the key in flight, then released, record nothing and answer
 // InFlight. Step cannot see the race; the check of a history that uses this
 // allowance must see that a Release of the key overlapped the Resolve. A
@@ -369,6 +372,12 @@ func (m *Model) settle(op Op) Result {
 		answer = op.W
 	case SendFail, SendBoth:
 		return Result{Err: OutcomeUnknown}
+	case SendNotSent: // rule 9a: the claim goes, if it is still the send's and in flight
+		if r, ok := m.records[keyOf(op)]; ok && r.claim == op.ClaimID && !r.done {
+			delete(m.records, keyOf(op))
+			delete(m.claims, name{op.Tenant, r.fp.ID})
+		}
+		return Result{Err: NotSent}
 	case SendPanic:
 		return Result{Err: SendPanicked}
 	case SendWrong:

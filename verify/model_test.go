@@ -55,6 +55,14 @@ func TestModelSubmit(t *testing.T) {
 		assert.Equal(t, Result{Err: Conflict, Holder: "k1"}, m.Apply(Op{Kind: Submit, Key: "k2", W: w1b}))
 		assert.Equal(t, Result{}, m.Apply(Op{Kind: Outcome, Key: "k2"}), "the loser leaves no trace")
 	})
+	t.Run("a rail that moved nothing frees the key and the withdrawal", func(t *testing.T) {
+		var m Model
+		got := applyAll(&m,
+			Op{Kind: Submit, Key: "k1", W: w1, Send: SendNotSent},
+			Op{Kind: ClaimedBy, W: w1},
+			Op{Kind: Submit, Key: "k1", W: w1})
+		assert.Equal(t, []Result{{Err: NotSent}, {}, {Outcome: Sent(w1, "k1")}}, got)
+	})
 	for send, want := range map[Send]Result{
 		SendFail:     {Err: OutcomeUnknown},
 		SendBoth:     {Err: OutcomeUnknown},
@@ -184,6 +192,23 @@ func TestModelClaims(t *testing.T) {
 			m.Apply(op)
 			assert.Equal(t, Result{OK: true, Outcome: Sent(w1, "k1")}, m.Apply(Op{Kind: Outcome, Key: "k1"}), sendNames[op.Send])
 		}
+	})
+	t.Run("a send that moved nothing releases its own claim, still in flight, only", func(t *testing.T) {
+		var m Model
+		notSent := func(key string, w W, ledger, id int) Op {
+			op := settle(key, w, ledger, id)
+			op.Send = SendNotSent
+			return op
+		}
+		got := applyAll(&m,
+			claim("k1", w1, 0, 1), notSent("k1", w1, 0, 1), Op{Kind: ClaimedBy, W: w1}, Op{Kind: Wait, Key: "k1"},
+			claim("k1", w1, 0, 2), Op{Kind: Release, Key: "k1", Ledger: 1}, claim("k2", w1, 1, 3), notSent("k1", w1, 0, 2), Op{Kind: ClaimedBy, W: w1},
+			claim("k3", w2, 0, 4), Op{Kind: Resolve, Key: "k3", W: w2}, notSent("k3", w2, 0, 4), Op{Kind: Outcome, Key: "k3"})
+		assert.Equal(t, []Result{
+			{Claimed: true}, {Err: NotSent}, {}, {Err: UnknownKey},
+			{Claimed: true}, {}, {Claimed: true}, {Err: NotSent}, {OK: true, Holder: "k2"},
+			{Claimed: true}, {}, {Err: NotSent}, {OK: true, Outcome: w2},
+		}, got)
 	})
 	t.Run("a send's end clears its mark whatever the rail did", func(t *testing.T) {
 		for send := SendOK; send <= lastSend; send++ {

@@ -12,12 +12,13 @@
 //	                                            observe.EventKind names it, spaces
 //	                                            as underscores: claimed, sent, replayed,
 //	                                            conflict, in_flight, outcome_unknown,
-//	                                            not_recorded, resolved, released, pruned
+//	                                            not_recorded, resolved, released, pruned,
+//	                                            not_sent
 //	submissions_sends_in_progress               gauge: sends running in this process,
 //	                                            claimed and not yet ended
 //	submissions_send_duration_seconds{result}   histogram: how long each send ran, by
-//	                                            how it ended: sent, outcome_unknown,
-//	                                            not_recorded
+//	                                            how it ended: sent, not_sent,
+//	                                            outcome_unknown, not_recorded
 //
 // A key left claimed without an outcome is a decision of kind
 // outcome_unknown or not_recorded: money may have moved, and an operator
@@ -64,11 +65,13 @@ var kinds = []observe.EventKind{
 	observe.EventResolved,
 	observe.EventReleased,
 	observe.EventPruned,
+	observe.EventNotSent,
 }
 
 // sendEnds are the decisions that end a send.
 var sendEnds = []observe.EventKind{
 	observe.EventSent,
+	observe.EventNotSent,
 	observe.EventOutcomeUnknown,
 	observe.EventNotRecorded,
 }

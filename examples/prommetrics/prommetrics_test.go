@@ -102,10 +102,10 @@ func took(result string) string {
 func zero() map[string]float64 {
 	vals := map[string]float64{gauge: 0}
 	for _, kind := range []string{"claimed", "sent", "replayed", "conflict", "in_flight",
-		"outcome_unknown", "not_recorded", "resolved", "released", "pruned"} {
+		"outcome_unknown", "not_recorded", "resolved", "released", "pruned", "not_sent"} {
 		vals[decided(kind)] = 0
 	}
-	for _, result := range []string{"sent", "outcome_unknown", "not_recorded"} {
+	for _, result := range []string{"sent", "not_sent", "outcome_unknown", "not_recorded"} {
 		vals[took(result)] = 0
 	}
 	return vals
@@ -164,6 +164,16 @@ func TestEveryDecisionIsCounted(t *testing.T) {
 	want[decided("outcome_unknown")]++
 	want[took("outcome_unknown")]++
 	check("a failing send")
+
+	_, err = ledger.Submit(bg, "k5", newPayout("w5"), func(context.Context, payout) (payout, error) {
+		return payout{}, fmt.Errorf("rail busy: %w", submissions.ErrNotSent)
+	})
+	require.ErrorIs(t, err, submissions.ErrNotSent)
+	want[decided("claimed")]++
+	want[decided("not_sent")]++
+	want[took("not_sent")]++
+	check("a send that moved nothing")
+	assert.Zero(t, values(t, reg)[gauge], "no send runs")
 
 	_, err = ledger.Submit(bg, "k2", newPayout("w2"), nil)
 	require.ErrorIs(t, err, submissions.ErrSubmissionInFlight)
@@ -247,6 +257,7 @@ submissions_decisions_total{kind="claimed"} 1
 submissions_decisions_total{kind="conflict"} 0
 submissions_decisions_total{kind="in_flight"} 0
 submissions_decisions_total{kind="not_recorded"} 0
+submissions_decisions_total{kind="not_sent"} 0
 submissions_decisions_total{kind="outcome_unknown"} 0
 submissions_decisions_total{kind="pruned"} 0
 submissions_decisions_total{kind="released"} 0
@@ -259,7 +270,7 @@ submissions_sends_in_progress 0
 `
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want),
 		"submissions_decisions_total", "submissions_sends_in_progress"))
-	assert.Equal(t, 3, testutil.CollectAndCount(mustNew(t), "submissions_send_duration_seconds"), "a histogram per result")
+	assert.Equal(t, 4, testutil.CollectAndCount(mustNew(t), "submissions_send_duration_seconds"), "a histogram per result")
 }
 
 // mustNew returns an Observer registered nowhere.
@@ -287,7 +298,7 @@ func TestTenantLabel(t *testing.T) {
 	t.Run("on", func(t *testing.T) {
 		ledger, reg := newLedger(t, prommetrics.WithTenantLabel())
 		assert.Equal(t, map[string]float64{gauge: 0,
-			took("sent"): 0, took("outcome_unknown"): 0, took("not_recorded"): 0,
+			took("sent"): 0, took("not_sent"): 0, took("outcome_unknown"): 0, took("not_recorded"): 0,
 		}, values(t, reg), "no decision yet: no series of decisions")
 
 		acme := ledger.Tenant("acme")
@@ -298,7 +309,7 @@ func TestTenantLabel(t *testing.T) {
 		_, err = ledger.Submit(bg, "k1", newPayout("w1"), nil)
 		require.NoError(t, err)
 		assert.Equal(t, map[string]float64{gauge: 0,
-			took("sent"): 2, took("outcome_unknown"): 0, took("not_recorded"): 0,
+			took("sent"): 2, took("not_sent"): 0, took("outcome_unknown"): 0, took("not_recorded"): 0,
 			`submissions_decisions_total{kind="claimed",tenant="acme"}`:  1,
 			`submissions_decisions_total{kind="sent",tenant="acme"}`:     1,
 			`submissions_decisions_total{kind="replayed",tenant="acme"}`: 1,

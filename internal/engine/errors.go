@@ -16,6 +16,7 @@ var (
 	ErrSubmissionInFlight = errors.New("submission in flight")
 	ErrUnknownKey         = errors.New("request key is not claimed")
 	ErrStoreFailed        = errors.New("store failed")
+	ErrNotSent            = errors.New("not sent")
 	ErrOutcomeUnknown     = errors.New("outcome unknown")
 	ErrOutcomeNotRecorded = errors.New("outcome not recorded")
 	ErrClaimChanged       = errors.New("claim changed")

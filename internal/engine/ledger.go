@@ -124,7 +124,8 @@ var logged = [...]struct {
 	level slog.Level
 	msg   string
 }{
-	observe.EventReplayed:       {slog.LevelInfo, "submission replayed"},
+	observe.EventReplayed:       {slog.LevelDebug, "submission replayed"},
+	observe.EventNotSent:        {slog.LevelInfo, "not sent, claim released"},
 	observe.EventResolved:       {slog.LevelInfo, "submission resolved"},
 	observe.EventReleased:       {slog.LevelInfo, "submission released"},
 	observe.EventOutcomeUnknown: {slog.LevelWarn, "outcome unknown"},

@@ -115,10 +115,16 @@ func (l *Ledger[R]) sendAndRecord(ctx context.Context, tenant, key string, snd d
 	}
 	out, err := req, error(nil)
 	if send != nil {
-		out, err = send(ctx, req)
+		out, err = send(&sendCtx{ctx, tenant, fp.WithdrawalID}, req)
 	}
 	if err == nil && l.nilable && isNil(out) {
 		err = errNilAnswer
+	}
+	if errors.Is(err, ErrNotSent) {
+		under = "the store panicked while releasing a claim its send moved nothing under"
+		err = l.notSent(ctx, tenant, key, snd, fp, took(), err)
+		ended = true
+		return zero, err
 	}
 	if err != nil {
 		ended = true
@@ -186,6 +192,35 @@ func (l *Ledger[R]) sendAndRecord(ctx context.Context, tenant, key string, snd d
 	err = fmt.Errorf("%w: request key %s: %w", ErrOutcomeNotRecorded, key, why)
 	l.report(ctx, tenant, observe.EventNotRecorded, key, fp.WithdrawalID, took(), err)
 	return out, err
+}
+
+// notSent ends snd, whose send said that it moved nothing (cause wraps
+// ErrNotSent), by releasing its claim, and returns the error for Submit:
+// cause, or ErrStoreFailed when the store failed to release the claim,
+// which is then abandoned. A claim closed otherwise while send ran is left as
+// it is.
+func (l *Ledger[R]) notSent(ctx context.Context, tenant, key string, snd driver.Send[R], fp *driver.Fingerprint, took time.Duration, cause error) error {
+	// The rail has spoken: the release is made even when ctx has ended.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
+	defer cancel()
+	rec, released, err := snd.Release(rctx)
+	switch {
+	case err != nil:
+		l.abandon(ctx, snd)
+		err = fmt.Errorf("%w: request key %s: send moved nothing (%v), and its claim could not be released: %w", ErrStoreFailed, key, cause, err)
+		l.report(ctx, tenant, observe.EventOutcomeUnknown, key, fp.WithdrawalID, took, err)
+		return err
+	case released:
+		err = fmt.Errorf("request key %s: claim released: %w", key, cause)
+	case rec.Pruned:
+		err = fmt.Errorf("request key %s: resolved and pruned while send ran: %w", key, cause)
+	case rec.Done:
+		err = fmt.Errorf("request key %s: resolved while send ran: %w", key, cause)
+	default:
+		err = fmt.Errorf("request key %s: released while send ran: %w", key, cause)
+	}
+	l.report(ctx, tenant, observe.EventNotSent, key, fp.WithdrawalID, took, err)
+	return err
 }
 
 // errNilAnswer is the error of a send that answered with a nil pointer.

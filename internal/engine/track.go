@@ -130,6 +130,15 @@ func (s *trackedSend[R]) Settle(ctx context.Context, outcome R) (driver.Record[R
 	return s.g.store.Settle(ctx, s.ref.tenant, s.ref.key, s.ref.token, outcome)
 }
 
+// Release implements driver.Send.
+func (s *trackedSend[R]) Release(ctx context.Context) (driver.Record[R], bool, error) {
+	if s.ended {
+		return driver.Record[R]{}, false, nil
+	}
+	defer s.end() // also when the store panics
+	return s.g.store.Release(ctx, s.ref.tenant, s.ref.key, s.ref.token)
+}
+
 // Abandon implements driver.Send: it ends the send and, when the Store is an
 // Abandoner, records there that it ended without an answer, so that waits in
 // other processes learn it.

@@ -38,6 +38,15 @@ var retentionTests = []test{
 // far is a horizon after every record a test settles.
 func far() time.Time { return time.Now().Add(time.Hour) }
 
+// adminPrune is Admin.Prune of s with no minimum retention and a horizon of
+// now, after every record settled so far by the store's clock as well as
+// the test's, give or take a few milliseconds between them: it waits that
+// long first.
+func adminPrune(ctx context.Context, s *submissions.Submissions[Withdrawal], batch int) (int, error) {
+	time.Sleep(20 * time.Millisecond)
+	return s.Admin().WithMinRetention(0).Prune(ctx, time.Now(), batch)
+}
+
 // pruner returns st as a Pruner, or skips t when it is not one.
 func pruner(t *testing.T, st driver.Store[Withdrawal]) driver.Pruner {
 	t.Helper()
@@ -175,7 +184,7 @@ func testPruneNeverInFlight(t *testing.T, newStore Factory) {
 	pruned, err := p.Prune(bg, far(), 100)
 	require.NoError(t, err)
 	require.Empty(t, pruned, "keys in flight, stranded or being sent, are never pruned")
-	n, err := f.s.Admin().Prune(bg, far(), 0)
+	n, err := adminPrune(bg, f.s, 0)
 	require.NoError(t, err)
 	require.Zero(t, n)
 	claims, err := f.s.Admin().InFlight(bg, admin.InFlightQuery{})
@@ -211,7 +220,7 @@ func testPrunedKeyNeverSent(t *testing.T, newStore Factory) {
 	require.NoError(t, err)
 	resolved := newWithdrawal("w-resolved")
 	require.NoError(t, f.s.Resolve(bg, "k-resolved", resolved.sent("0xtx-r")), "a key recorded done by Resolve")
-	n, err := f.s.Admin().Prune(bg, far(), 0)
+	n, err := adminPrune(bg, f.s, 0)
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 	requirePruned(t, f.s, "k-1", f.w)
@@ -304,7 +313,7 @@ func testAdminPruneBatches(t *testing.T, newStore Factory) {
 		require.NoError(t, err)
 	}
 	strand(t, s, "k-flight", newWithdrawal("w-flight"))
-	n, err := s.Admin().Prune(bg, far(), 3)
+	n, err := adminPrune(bg, s, 3)
 	require.NoError(t, err)
 	require.Equal(t, 7, n, "batches of 3 until one prunes fewer")
 	require.Len(t, obs.got, 7)
@@ -316,13 +325,13 @@ func testAdminPruneBatches(t *testing.T, newStore Factory) {
 	}
 	slices.Sort(keys)
 	require.Equal(t, []string{"k-0", "k-1", "k-2", "k-3", "k-4", "k-5", "k-6"}, keys)
-	n, err = s.Admin().Prune(bg, far(), 3)
+	n, err = adminPrune(bg, s, 3)
 	require.NoError(t, err)
 	require.Zero(t, n)
 
 	ctx, cancel := context.WithCancel(bg)
 	cancel()
-	n, err = s.Admin().Prune(ctx, far(), 3)
+	n, err = adminPrune(ctx, s, 3)
 	require.ErrorIs(t, err, context.Canceled)
 	require.Zero(t, n)
 	requireKeptClaim(t, s, "k-flight", newWithdrawal("w-flight"))
@@ -355,7 +364,7 @@ func testPruneWhileSubmitting(t *testing.T, newStore Factory) {
 	errs := together(t, withdrawals*callers+pruners, func(i int, _ <-chan struct{}) error {
 		if i >= withdrawals*callers { // a pruner, until the submitters are done
 			for !stop.Load() {
-				n, err := a.Admin().Prune(bg, far(), 4)
+				n, err := a.Admin().WithMinRetention(0).Prune(bg, time.Now(), 4)
 				if err != nil {
 					return err
 				}
@@ -394,7 +403,7 @@ func testPruneWhileSubmitting(t *testing.T, newStore Factory) {
 	}
 
 	// Everything settled is pruned now; nothing is sent again, under any key.
-	n, err := a.Admin().Prune(bg, far(), 0)
+	n, err := adminPrune(bg, a, 0)
 	require.NoError(t, err)
 	var total int64
 	for i := range withdrawals {
@@ -431,7 +440,7 @@ func testResolvedAndPrunedWhileSending(t *testing.T, newStore Factory) {
 	}()
 	<-started
 	require.NoError(t, f.s.Resolve(bg, "k-1", f.w.sent("0xtx-w-1")))
-	n, err := f.s.Admin().Prune(bg, far(), 0)
+	n, err := adminPrune(bg, f.s, 0)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	close(finish)
@@ -447,7 +456,7 @@ type plain struct{ driver.Store[Withdrawal] }
 
 func testPruneNotSupported(t *testing.T, newStore Factory) {
 	s := submissions.NewWithStore[Withdrawal](plain{newStore(t)}, submissions.WithLogger(quiet))
-	n, err := s.Admin().Prune(bg, far(), 0)
+	n, err := adminPrune(bg, s, 0)
 	require.ErrorIs(t, err, admin.ErrNotSupported)
 	require.Zero(t, n)
 	assert.NotErrorIs(t, err, submissions.ErrStoreFailed)

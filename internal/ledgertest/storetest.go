@@ -40,6 +40,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"claims", claimTests},
 		{"resolve", resolveTests},
 		{"release", releaseTests},
+		{"not sent", notSentTests},
 		{"reads", readTests},
 		{"tenants", tenantTests},
 		{"admin", adminTests},

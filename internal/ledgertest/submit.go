@@ -74,7 +74,7 @@ func testReplayReturnsTheStoredOutcomeWithoutSending(t *testing.T, newStore Fact
 	f := setUp(t, newStore)
 	first, err := f.s.Submit(bg, "req-1", f.w, f.rail.send)
 	require.NoError(t, err)
-	require.Empty(t, f.logs.at(slog.LevelInfo, "req-1", "w-1"), "a fresh submit logs no replay")
+	require.Empty(t, f.logs.at(slog.LevelDebug, "req-1", "w-1"), "a fresh submit logs no replay")
 	respelled := f.w
 	respelled.Amount, respelled.Currency = "25", "usdc"
 	for _, w := range []Withdrawal{f.w, respelled, f.w} {
@@ -86,8 +86,9 @@ func testReplayReturnsTheStoredOutcomeWithoutSending(t *testing.T, newStore Fact
 		require.Equal(t, first, got)
 	}
 	f.rail.requireSends(t, 1)
-	replays := f.logs.at(slog.LevelInfo, "req-1", "w-1")
-	require.Len(t, replays, 3, "replays logged at Info with key and withdrawal")
+	replays := f.logs.at(slog.LevelDebug, "req-1", "w-1")
+	require.Len(t, replays, 3, "replays logged at Debug with key and withdrawal")
+	require.Empty(t, f.logs.at(slog.LevelInfo, "req-1", "w-1"), "replays are not logged at Info")
 	assert.Equal(t, "submission replayed", replays[0].msg)
 }
 

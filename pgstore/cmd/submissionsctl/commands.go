@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemledger/submissions/admin"
 	"github.com/idemledger/submissions/driver"
+	"github.com/idemledger/submissions/pgstore"
 )
 
 // maxOutcome caps an outcome file.
@@ -31,10 +32,18 @@ func setupMigrate(e *env, _ *flag.FlagSet) func(context.Context, []string) error
 			return err
 		}
 		defer l.pool.Close()
-		if err := l.store.Migrate(ctx); err != nil {
+		done, err := l.store.MigrateReport(ctx)
+		if err != nil {
 			return err
 		}
-		fmt.Fprintf(e.stdout, "table %s is up to date\n", e.g.table.value)
+		switch done {
+		case pgstore.Created:
+			fmt.Fprintf(e.stdout, "created table %s\n", e.g.table.value)
+		case pgstore.Updated:
+			fmt.Fprintf(e.stdout, "updated table %s: it is up to date now\n", e.g.table.value)
+		default:
+			fmt.Fprintf(e.stdout, "table %s is up to date: nothing changed\n", e.g.table.value)
+		}
 		return nil
 	}
 }
@@ -74,18 +83,22 @@ func setupInFlight(e *env, fs *flag.FlagSet) func(context.Context, []string) err
 			fmt.Fprintln(tw, "TENANT\tKEY\tWITHDRAWAL\tAMOUNT\tCURRENCY\tDESTINATION\tCLAIMED AT\tAGE\tTOKEN")
 		}
 		enc := json.NewEncoder(e.stdout)
-		n := 0
+		n, more := 0, false // shown, and whether --limit left some out
 		for {
 			q.Limit = admin.MaxListLimit
-			if *limit > 0 {
-				q.Limit = min(q.Limit, *limit-n)
+			if *limit > 0 { // one more than is left to show: is there more?
+				q.Limit = min(q.Limit, *limit-n+1)
 			}
 			page, err := l.admin.InFlight(ctx, q)
 			if err != nil {
 				return err
 			}
+			shown := page
+			if *limit > 0 && len(page) > *limit-n {
+				shown, more = page[:*limit-n], true
+			}
 			now := time.Now()
-			for _, c := range page {
+			for _, c := range shown {
 				age := max(now.Sub(c.ClaimedAt), 0)
 				fp := c.Fingerprint
 				if *asJSON {
@@ -98,13 +111,16 @@ func setupInFlight(e *env, fs *flag.FlagSet) func(context.Context, []string) err
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", quote(c.Tenant), quote(c.Key), quote(fp.WithdrawalID),
 					fp.Amount, fp.Currency, quote(fp.Destination), c.ClaimedAt.Format(time.RFC3339), age.Round(time.Second), c.Token)
 			}
-			n += len(page)
-			if len(page) < q.Limit || (*limit > 0 && n >= *limit) {
+			n += len(shown)
+			if more || len(page) < q.Limit {
 				break
 			}
 			q.After = &page[len(page)-1]
 		}
 		switch {
+		case *asJSON && more: // stdout stays JSON
+			fmt.Fprintf(e.stderr, "%d shown, more in flight\n", n)
+			return nil
 		case *asJSON:
 			return nil
 		case n == 0: // no table of no rows
@@ -113,6 +129,10 @@ func setupInFlight(e *env, fs *flag.FlagSet) func(context.Context, []string) err
 		}
 		if err := tw.Flush(); err != nil {
 			return err
+		}
+		if more {
+			fmt.Fprintf(e.stdout, "%d shown, more in flight\n", n)
+			return nil
 		}
 		fmt.Fprintf(e.stdout, "%d %s in flight\n", n, plural(n, "key", "keys"))
 		return nil
@@ -259,6 +279,7 @@ func checkToken(f found, token uint64) error {
 func setupResolve(e *env, fs *flag.FlagSet) func(context.Context, []string) error {
 	file := fs.String("outcome-file", "", "the outcome, the service's JSON encoding of what the rail shows, from this `file` (- for stdin)")
 	token := tokenFlag(fs)
+	names := fieldFlags(fs)
 	return func(ctx context.Context, args []string) error {
 		if *file == "" {
 			return usagef("resolve: --outcome-file is required")
@@ -280,8 +301,10 @@ func setupResolve(e *env, fs *flag.FlagSet) func(context.Context, []string) erro
 			return err
 		}
 		f.print(e.stdout)
-		if id := f.rec.Fingerprint.WithdrawalID; !mentions(raw, id) {
-			fmt.Fprintf(e.stderr, "submissionsctl: warning: the outcome does not mention withdrawal %s: is it this withdrawal's?\n", id)
+		if !f.rec.Pruned { // a tombstone has no fingerprint left: the ledger refuses below
+			if err := names.match(raw, f.rec.Fingerprint); err != nil {
+				return fmt.Errorf("outcome file %s: %w: nothing written", *file, err)
+			}
 		}
 		if testHookAfterLookup != nil {
 			testHookAfterLookup()
@@ -364,23 +387,46 @@ func setupRelease(e *env, fs *flag.FlagSet) func(context.Context, []string) erro
 	}
 }
 
+// pruneRisk is what pruning records younger than the clients' retries
+// risks.
+const pruneRisk = "a client retrying a pruned key gets 410/ErrPruned instead of its outcome; the key and withdrawal stay claimed for ever"
+
 func setupPrune(e *env, fs *flag.FlagSet) func(context.Context, []string) error {
 	before := fs.String("before", "", "prune the records settled before this `time`: RFC 3339 (2026-11-01T00:00:00Z), or a duration ago (720h)")
 	batch := fs.Int("batch", admin.DefaultPruneBatch, "prune at most `N` records a statement")
+	minRetention := fs.Duration("min-retention", admin.DefaultMinRetention, "refuse a horizon later than this `duration` ago")
+	force := fs.Bool("force", false, "prune below the minimum retention (never after now)")
 	return func(ctx context.Context, _ []string) error {
-		horizon, err := parseBefore(*before, time.Now())
-		if err != nil {
+		now := time.Now()
+		horizon, err := parseBefore(*before, now)
+		switch {
+		case err != nil:
 			return err
-		}
-		if *batch <= 0 {
+		case *batch <= 0:
 			return usagef("prune: --batch must be positive")
+		case *minRetention < 0:
+			return usagef("prune: --min-retention must not be negative")
+		case horizon.After(now):
+			return fmt.Errorf("%w: %s is in the future: nothing pruned (not even --force prunes after now)",
+				admin.ErrHorizonTooRecent, horizon.UTC().Format(time.RFC3339))
 		}
 		l, err := e.open(ctx)
 		if err != nil {
 			return err
 		}
 		defer l.pool.Close()
-		n, err := l.admin.Prune(ctx, horizon, *batch)
+		floor := *minRetention
+		if *force {
+			floor = 0
+		}
+		least := max(*minRetention, admin.DefaultMinRetention)
+		if horizon.After(now.Add(-least)) && !horizon.After(now.Add(-floor)) { // allowed, by --force or --min-retention
+			fmt.Fprintf(e.stderr, "submissionsctl: warning: pruning records settled less than %v ago: %s\n", least, pruneRisk)
+		}
+		n, err := l.admin.WithMinRetention(floor).Prune(ctx, horizon, *batch)
+		if errors.Is(err, admin.ErrHorizonTooRecent) {
+			return fmt.Errorf("%w: nothing pruned: %s; give an older --before, or a lower --min-retention, or --force", err, pruneRisk)
+		}
 		fmt.Fprintf(e.stdout, "pruned %d records settled before %s\n", n, horizon.UTC().Format(time.RFC3339))
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -64,6 +65,7 @@ func newPayout(id string) payout {
 // command line for that table.
 type fixture struct {
 	url, table string
+	pool       *pgxpool.Pool
 	ledger     *submissions.Submissions[payout]
 }
 
@@ -81,9 +83,10 @@ func setup(t *testing.T) *fixture {
 	})
 	store, err := pgstore.New[payout](pool, pgstore.WithTable(table))
 	require.NoError(t, err)
-	f := &fixture{url: url, table: table, ledger: submissions.NewWithStore[payout](store, submissions.WithLogger(slog.New(slog.DiscardHandler)))}
-	code, _, stderr := f.ctl(t, "", "migrate")
+	f := &fixture{url: url, table: table, pool: pool, ledger: submissions.NewWithStore[payout](store, submissions.WithLogger(slog.New(slog.DiscardHandler)))}
+	code, stdout, stderr := f.ctl(t, "", "migrate")
 	require.Equal(t, exitOK, code, stderr)
+	require.Equal(t, "created table "+table+"\n", stdout)
 	return f
 }
 
@@ -142,14 +145,22 @@ func (f *fixture) token(t *testing.T, tenant, key string) uint64 {
 	return rec.Token
 }
 
+// TestMigrate: migrate says "created" when it made the table (in setup),
+// "updated" when it added a part the table lacked, and "up to date" only
+// when nothing was needed.
 func TestMigrate(t *testing.T) {
-	f := setup(t) // the first migrate
+	f := setup(t) // the first migrate: created
 	for range 2 {
 		code, stdout, stderr := f.ctl(t, "", "migrate")
 		require.Equal(t, exitOK, code, stderr)
-		assert.Equal(t, "table "+f.table+" is up to date\n", stdout)
+		assert.Equal(t, "table "+f.table+" is up to date: nothing changed\n", stdout)
 		assert.Empty(t, stderr)
 	}
+	_, err := f.pool.Exec(context.Background(), "DROP INDEX "+f.table+"_prunable")
+	require.NoError(t, err)
+	code, stdout, stderr := f.ctl(t, "", "migrate")
+	require.Equal(t, exitOK, code, stderr)
+	assert.Equal(t, "updated table "+f.table+": it is up to date now\n", stdout)
 	_, called, err := f.send(t, "", "k1", newPayout(randomID()))
 	require.NoError(t, err)
 	assert.True(t, called, "the table works")
@@ -230,6 +241,22 @@ func TestInFlight(t *testing.T) {
 		require.Equal(t, exitOK, code, stderr)
 		assert.Equal(t, 1, strings.Count(stdout, "\n"), stdout)
 		assert.Contains(t, stdout, a.ID, "the oldest")
+		assert.Equal(t, "1 shown, more in flight\n", stderr, "on stderr: stdout stays JSON")
+
+		code, stdout, stderr = f.ctl(t, "", "inflight", "--limit", "1")
+		require.Equal(t, exitOK, code, stderr)
+		lines := strings.Split(strings.TrimSpace(stdout), "\n")
+		require.Len(t, lines, 3, stdout)
+		assert.Contains(t, lines[1], a.ID)
+		assert.Equal(t, "1 shown, more in flight", lines[2], "never \"1 key in flight\" when there are 2")
+		for _, limit := range []string{"2", "3"} {
+			code, stdout, stderr = f.ctl(t, "", "inflight", "--limit", limit)
+			require.Equal(t, exitOK, code, stderr)
+			assert.True(t, strings.HasSuffix(stdout, "\n2 keys in flight\n"), "--limit %s: %s", limit, stdout)
+			code, _, stderr = f.ctl(t, "", "inflight", "--limit", limit, "--json")
+			require.Equal(t, exitOK, code, stderr)
+			assert.Empty(t, stderr, "--limit %s: nothing left out", limit)
+		}
 	})
 }
 
@@ -323,15 +350,17 @@ func TestResolve(t *testing.T) {
 		assert.Equal(t, "submissionsctl: idempotency conflict: request key k1 has another outcome\n", stderr)
 	})
 
-	t.Run("from stdin, not mentioning the withdrawal", func(t *testing.T) {
+	t.Run("from stdin, spelled otherwise", func(t *testing.T) {
 		q := f.leaveInFlight(t, "", "k2", newPayout(randomID()))
-		code, _, stderr := f.ctl(t, `{"state":"sent"}`, "resolve", "k2", "--outcome-file", "-")
+		body := `{"ID":"` + q.ID + `","amount":"025.0","currency":"eur","destination":"` + q.Destination + `","state":"sent"}`
+		code, _, stderr := f.ctl(t, body, "resolve", "k2", "--outcome-file", "-")
 		require.Equal(t, exitOK, code, stderr)
-		assert.Equal(t, "submissionsctl: warning: the outcome does not mention withdrawal "+q.ID+": is it this withdrawal's?\n", stderr)
+		assert.Empty(t, stderr)
 		out, called, err := f.send(t, "", "k2", q)
 		require.NoError(t, err)
 		assert.False(t, called)
-		assert.Equal(t, payout{State: "sent"}, out, "exactly what the file held")
+		assert.Equal(t, payout{ID: q.ID, Amount: "025.0", Currency: "eur", Destination: q.Destination, State: "sent"}, out,
+			"exactly what the file held")
 	})
 
 	t.Run("bad files", func(t *testing.T) {
@@ -347,6 +376,69 @@ func TestResolve(t *testing.T) {
 		code, _, stderr = f.ctl(t, "", "resolve", "nokey", "--outcome-file", file)
 		assert.Equal(t, exitFailed, code)
 		assert.Equal(t, "submissionsctl: request key nokey: not found in tenant \"\"\n", stderr)
+	})
+}
+
+// TestResolveRefusesAnotherWithdrawal: resolve writes nothing (exit 1) when
+// the outcome file's withdrawal is not the claim's, compared as the ledger
+// compares fingerprints, or when it lacks a field: it names the field, and
+// the flag that names the field. The flags fit the service's own names.
+func TestResolveRefusesAnotherWithdrawal(t *testing.T) {
+	f := setup(t)
+	p := f.leaveInFlight(t, "acme", "k1", newPayout(randomID()))
+	other := newPayout(randomID())
+	withFields := func(change func(m map[string]any)) string {
+		m := map[string]any{"id": p.ID, "amount": p.Amount, "currency": p.Currency, "destination": p.Destination, "state": "sent", "tx": "tx_1"}
+		change(m)
+		raw, err := json.Marshal(m)
+		require.NoError(t, err)
+		return string(raw)
+	}
+	for _, tc := range []struct {
+		name, body string
+		flags      []string
+		want       string
+	}{
+		{"another withdrawal", writeOutcome(t, other), nil,
+			`another withdrawal than the claim's: id "` + other.ID + `" is not the claim's "` + p.ID + `"`},
+		{"another amount, currency and destination", withFields(func(m map[string]any) {
+			m["amount"], m["currency"], m["destination"] = "25.01", "USD", "de89370400440532013000"
+		}), nil, `another withdrawal than the claim's: amount "25.01" is not the claim's "25", currency "USD" is not the claim's "EUR", ` +
+			`destination "de89370400440532013000" is not the claim's "DE89370400440532013000"`},
+		{"no id", `{"state":"sent"}`, nil, `the outcome has no member "id" \(--id-field names it\)`},
+		{"no amount", withFields(func(m map[string]any) { delete(m, "amount") }), nil, `the outcome has no member "amount" \(--amount-field names it\)`},
+		{"no currency by its flag's name", writeOutcome(t, p), []string{"--currency-field", "ccy"}, `the outcome has no member "ccy" \(--currency-field names it\)`},
+		{"no destination by its flag's name", writeOutcome(t, p), []string{"--destination-field", "iban"}, `the outcome has no member "iban" \(--destination-field names it\)`},
+		{"two ids", withFields(func(m map[string]any) { m["ID"] = other.ID }), nil,
+			`the outcome has 2 members named "id" regardless of case: \["ID" "id"\] \(--id-field names it\)`},
+		{"not a string", withFields(func(m map[string]any) { m["id"] = []string{p.ID} }), nil, `the outcome's "id" is neither a string nor a number \(--id-field names it\)`},
+		{"not a valid withdrawal", withFields(func(m map[string]any) { m["amount"] = "-25" }), nil,
+			`the outcome's withdrawal: invalid fingerprint: Amount: not a positive decimal of at most 100 bytes`},
+		{"not an object", `[{"id":"` + p.ID + `"}]`, nil, `the outcome is not a JSON object`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := tc.body
+			if !strings.HasPrefix(file, "/") { // JSON, not a file's name
+				file = "-"
+			}
+			args := append([]string{"resolve", "k1", "--tenant", "acme", "--outcome-file", file}, tc.flags...)
+			code, stdout, stderr := f.ctl(t, tc.body, args...)
+			assert.Equal(t, exitFailed, code)
+			assert.Regexp(t, `state:\s+in flight\n`, stdout, "the claim, shown")
+			assert.NotContains(t, stdout, "resolved")
+			assert.Regexp(t, `^submissionsctl: outcome file `+regexp.QuoteMeta(file)+`: `+tc.want+`: nothing written\n$`, stderr)
+			_, called, err := f.send(t, "acme", "k1", p)
+			require.ErrorIs(t, err, submissions.ErrSubmissionInFlight, "nothing written: still in flight")
+			assert.False(t, called)
+		})
+	}
+
+	t.Run("the service's names, by the flags", func(t *testing.T) {
+		body := `{"withdrawal":"` + p.ID + `","sum":25,"ccy":"EUR","iban":"` + p.Destination + `","state":"sent"}`
+		code, stdout, stderr := f.ctl(t, body, "resolve", "k1", "--tenant", "acme", "--outcome-file", "-",
+			"--id-field", "withdrawal", "--amount-field", "sum", "--currency-field", "ccy", "--destination-field", "iban")
+		require.Equal(t, exitOK, code, stderr)
+		assert.Contains(t, stdout, "resolved request key k1")
 	})
 }
 
@@ -598,26 +690,42 @@ func TestBinary(t *testing.T) {
 	assert.Contains(t, stdout, "released request key k1")
 }
 
+// settledAgo moves the time key in tenant was settled back by d, as if it
+// were settled d ago.
+func (f *fixture) settledAgo(t *testing.T, tenant, key string, d time.Duration) {
+	t.Helper()
+	tag, err := f.pool.Exec(context.Background(), `UPDATE `+f.table+` SET settled_at = now() - $3::interval WHERE tenant = $1 AND request_key = $2`,
+		tenant, key, d.String())
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected())
+}
+
 func TestPrune(t *testing.T) {
 	f := setup(t)
-	done := newPayout(randomID())
-	_, called, err := f.send(t, "acme", "k1", done)
+	old := newPayout(randomID())
+	_, called, err := f.send(t, "acme", "k1", old)
 	require.NoError(t, err)
 	require.True(t, called)
+	f.settledAgo(t, "acme", "k1", 48*time.Hour)
+	recent := newPayout(randomID())
+	_, _, err = f.send(t, "acme", "k4", recent)
+	require.NoError(t, err)
 	stuck := f.leaveInFlight(t, "acme", "k2", newPayout(randomID()))
 
-	code, stdout, stderr := f.ctl(t, "", "prune", "--before", "1h")
+	code, stdout, stderr := f.ctl(t, "", "prune", "--before", "72h")
 	require.Equal(t, exitOK, code, stderr)
-	assert.Regexp(t, `^pruned 0 records settled before `, stdout, "nothing settled an hour ago")
+	assert.Regexp(t, `^pruned 0 records settled before `, stdout, "nothing settled three days ago")
+	assert.Empty(t, stderr)
 
-	code, stdout, stderr = f.ctl(t, "", "prune", "--before", time.Now().Add(time.Minute).UTC().Format(time.RFC3339), "--batch", "1")
+	code, stdout, stderr = f.ctl(t, "", "prune", "--before", "24h", "--batch", "1")
 	require.Equal(t, exitOK, code, stderr)
-	assert.Regexp(t, `^pruned 1 records settled before `, stdout, "the settled key; never the one in flight")
+	assert.Regexp(t, `^pruned 1 records settled before `, stdout, "the key settled two days ago; never the one in flight")
+	assert.Empty(t, stderr, "no warning at the minimum retention")
 
-	_, called, err = f.send(t, "acme", "k1", done)
+	_, called, err = f.send(t, "acme", "k1", old)
 	require.ErrorIs(t, err, submissions.ErrPruned, "a retry of the pruned key")
 	assert.False(t, called)
-	_, called, err = f.send(t, "acme", "k3", done)
+	_, called, err = f.send(t, "acme", "k3", old)
 	require.ErrorIs(t, err, submissions.ErrPruned, "another key for the pruned withdrawal")
 	assert.False(t, called)
 	code, _, stderr = f.ctl(t, "", "--tenant", "acme", "show", "k2")
@@ -626,7 +734,54 @@ func TestPrune(t *testing.T) {
 	require.ErrorIs(t, err, submissions.ErrSubmissionInFlight, "the key in flight is kept")
 	assert.False(t, called)
 
-	for _, args := range [][]string{{"prune"}, {"prune", "--before", "yesterday"}, {"prune", "--before", "-1h"}, {"prune", "--before", "1h", "--batch", "0"}} {
+	// kept stops t unless k4 still replays its outcome.
+	kept := func(msg string) {
+		t.Helper()
+		out, called, err := f.send(t, "acme", "k4", recent)
+		require.NoError(t, err, msg)
+		assert.False(t, called, msg)
+		assert.Equal(t, "sent", out.State, msg)
+	}
+	const risk = "a client retrying a pruned key gets 410/ErrPruned instead of its outcome; the key and withdrawal stay claimed for ever"
+	time.Sleep(20 * time.Millisecond) // k4 settled before "10ms" ago, by the database's clock too
+	future := time.Now().Add(time.Minute).UTC().Format(time.RFC3339)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--before", "10ms"}, `prune horizon too recent: \S+ is later than the minimum retention, 24h0m0s, ago: nothing pruned: ` + risk +
+			`; give an older --before, or a lower --min-retention, or --force`},
+		{[]string{"--before", "23h"}, `prune horizon too recent: \S+ is later than the minimum retention, 24h0m0s, ago: nothing pruned: `},
+		{[]string{"--before", "10ms", "--min-retention", "1h"}, `prune horizon too recent: \S+ is later than the minimum retention, 1h0m0s, ago: nothing pruned: `},
+		{[]string{"--before", future}, `prune horizon too recent: ` + future + ` is in the future: nothing pruned \(not even --force prunes after now\)`},
+		{[]string{"--before", future, "--force"}, `prune horizon too recent: ` + future + ` is in the future: nothing pruned \(not even --force prunes after now\)`},
+		{[]string{"--before", future, "--min-retention", "0s"}, `prune horizon too recent: ` + future + ` is in the future: `},
+	} {
+		code, stdout, stderr := f.ctl(t, "", append([]string{"prune"}, tc.args...)...)
+		assert.Equal(t, exitFailed, code, "%q", tc.args)
+		assert.Empty(t, stdout, "%q", tc.args)
+		assert.Regexp(t, "^submissionsctl: "+tc.want, stderr, "%q", tc.args)
+		assert.Equal(t, 1, strings.Count(stderr, "\n"), "one line: %q", stderr)
+		kept(fmt.Sprintf("%q", tc.args))
+	}
+
+	code, stdout, stderr = f.ctl(t, "", "prune", "--before", "1h", "--min-retention", "30m")
+	require.Equal(t, exitOK, code, stderr)
+	assert.Regexp(t, `^pruned 0 records settled before `, stdout, "k4 settled less than an hour ago")
+	assert.Equal(t, "submissionsctl: warning: pruning records settled less than 24h0m0s ago: "+risk+"\n", stderr,
+		"below the default minimum, what it risks")
+	kept("--min-retention 30m")
+
+	code, stdout, stderr = f.ctl(t, "", "prune", "--before", "10ms", "--force")
+	require.Equal(t, exitOK, code, stderr)
+	assert.Regexp(t, `^pruned 1 records settled before `, stdout)
+	assert.Equal(t, "submissionsctl: warning: pruning records settled less than 24h0m0s ago: "+risk+"\n", stderr)
+	_, called, err = f.send(t, "acme", "k4", recent)
+	require.ErrorIs(t, err, submissions.ErrPruned, "pruned by --force")
+	assert.False(t, called)
+
+	for _, args := range [][]string{{"prune"}, {"prune", "--before", "yesterday"}, {"prune", "--before", "-1h"}, {"prune", "--before", "1h", "--batch", "0"},
+		{"prune", "--before", "48h", "--min-retention", "-1h"}, {"prune", "--before", "48h", "--min-retention", "a day"}} {
 		code, _, stderr := f.ctl(t, "", args...)
 		assert.Equal(t, exitUsage, code, "%q", args)
 		assert.Regexp(t, `^submissionsctl: prune: `, stderr)

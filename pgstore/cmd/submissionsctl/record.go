@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/idemledger/submissions/driver"
 )
@@ -54,32 +57,94 @@ func (rawCodec) Unmarshal(data []byte, v any) error {
 	return nil
 }
 
-// mentions reports whether the JSON value raw holds s as a string anywhere,
-// as an object's member or its name.
-func mentions(raw []byte, s string) bool {
-	var v any
-	if err := json.Unmarshal(raw, &v); err != nil {
-		return false
+// fieldNames are the JSON names of the fingerprint's fields in the
+// service's outcome, which this command cannot read the type of.
+type fieldNames struct {
+	id, amount, currency, destination *string
+}
+
+// fieldFlags registers the flags that name the fingerprint's fields, with
+// the names of payoutd's withdrawal.
+func fieldFlags(fs *flag.FlagSet) fieldNames {
+	return fieldNames{
+		id:          fs.String("id-field", "id", "the outcome's JSON member `name` that holds the withdrawal id"),
+		amount:      fs.String("amount-field", "amount", "the outcome's JSON member `name` that holds the amount"),
+		currency:    fs.String("currency-field", "currency", "the outcome's JSON member `name` that holds the currency"),
+		destination: fs.String("destination-field", "destination", "the outcome's JSON member `name` that holds the destination"),
 	}
-	var walk func(any) bool
-	walk = func(v any) bool {
-		switch v := v.(type) {
-		case string:
-			return v == s
-		case []any:
-			for _, e := range v {
-				if walk(e) {
-					return true
-				}
-			}
-		case map[string]any:
-			for k, e := range v {
-				if k == s || walk(e) {
-					return true
-				}
-			}
+}
+
+// match returns nil when the outcome raw, a JSON object, is the withdrawal
+// of want, a canonical fingerprint, compared as the ledger compares them;
+// and otherwise an error that names the fields that differ, or the flag to
+// set for a field it cannot find.
+func (n fieldNames) match(raw []byte, want driver.Fingerprint) error {
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &members); err != nil {
+		return errors.New("the outcome is not a JSON object")
+	}
+	var got driver.Fingerprint
+	for _, f := range []struct {
+		flag, name string
+		to         *string
+	}{
+		{"id-field", *n.id, &got.WithdrawalID},
+		{"amount-field", *n.amount, &got.Amount},
+		{"currency-field", *n.currency, &got.Currency},
+		{"destination-field", *n.destination, &got.Destination},
+	} {
+		v, err := member(members, f.name)
+		if err != nil {
+			return fmt.Errorf("%w (--%s names it)", err, f.flag)
 		}
-		return false
+		*f.to = v
 	}
-	return walk(v)
+	canonical, err := got.Canonical()
+	if err != nil {
+		return fmt.Errorf("the outcome's withdrawal: %w", err)
+	}
+	var differ []string
+	for _, f := range []struct{ name, got, want string }{
+		{*n.id, canonical.WithdrawalID, want.WithdrawalID},
+		{*n.amount, canonical.Amount, want.Amount},
+		{*n.currency, canonical.Currency, want.Currency},
+		{*n.destination, canonical.Destination, want.Destination},
+	} {
+		if f.got != f.want {
+			differ = append(differ, fmt.Sprintf("%s %q is not the claim's %q", f.name, f.got, f.want))
+		}
+	}
+	if differ != nil {
+		return fmt.Errorf("another withdrawal than the claim's: %s", strings.Join(differ, ", "))
+	}
+	return nil
+}
+
+// member returns the string or number of members named name, matched as
+// encoding/json matches a struct's field (regardless of case); more than
+// one such member is an error.
+func member(members map[string]json.RawMessage, name string) (string, error) {
+	var found []string
+	for k := range members {
+		if strings.EqualFold(k, name) {
+			found = append(found, k)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return "", fmt.Errorf("the outcome has no member %q", name)
+	case 1:
+	default:
+		slices.Sort(found)
+		return "", fmt.Errorf("the outcome has %d members named %q regardless of case: %q", len(found), name, found)
+	}
+	var s string
+	if err := json.Unmarshal(members[found[0]], &s); err == nil {
+		return s, nil
+	}
+	var num json.Number
+	if err := json.Unmarshal(members[found[0]], &num); err == nil {
+		return num.String(), nil
+	}
+	return "", fmt.Errorf("the outcome's %q is neither a string nor a number", found[0])
 }

@@ -81,22 +81,23 @@ type command struct {
 }
 
 var commands = []command{
-	{name: "migrate", summary: "create or update the ledger's table (idempotent)", setup: setupMigrate},
+	{name: "migrate", summary: "create or update the ledger's table (idempotent): created, updated or up to date", setup: setupMigrate},
 	{name: "inflight", usage: "[--older-than D] [--json] [--limit N]",
 		summary: "list the keys in flight, oldest first (every tenant, or --tenant's)", setup: setupInFlight},
 	{name: "show", args: []string{"KEY"}, usage: "[--json]",
 		summary: "show a key's record: state, withdrawal, claim token, times, outcome", setup: setupShow},
-	{name: "resolve", args: []string{"KEY"}, usage: "--outcome-file F [--token N]",
-		summary: "record F's JSON as the outcome of the key's claim: it was sent", setup: setupResolve},
+	{name: "resolve", args: []string{"KEY"}, usage: "--outcome-file F [--token N] [--id-field NAME] [--amount-field NAME] [--currency-field NAME] [--destination-field NAME]",
+		summary: "record F's JSON as the outcome of the key's claim, if its withdrawal is the claim's: it was sent", setup: setupResolve},
 	{name: "release", args: []string{"KEY"}, usage: "[--yes] [--token N]",
 		summary: "drop the key's claim: nothing was sent (asks unless --yes)", setup: setupRelease},
-	{name: "prune", usage: "--before T [--batch N]",
-		summary: "turn the records settled before T into tombstones, in every tenant", setup: setupPrune},
+	{name: "prune", usage: "--before T [--batch N] [--min-retention D] [--force]",
+		summary: "turn the records settled before T, at least --min-retention ago, into tombstones, in every tenant", setup: setupPrune},
 }
 
 const exitCodesHelp = `Exit codes:
   0  done
-  1  failed or refused (database error, key not found, the ledger refused the action)
+  1  failed or refused (database error, key not found, the ledger refused the action,
+     an outcome file of another withdrawal, a prune horizon too recent): nothing changed by a refusal
   2  usage error (unknown command or flag, missing argument, no database URL)
   3  declined: release was not confirmed; nothing changed
 `
