@@ -10,6 +10,7 @@
 // found with errors.Is and errors.As, in this order:
 //
 //	error                         status  type (urn:submissions:problem:...)
+//	ErrNotSent                    503     not-sent, Retry-After: 1
 //	ErrOutcomeNotRecorded         502     outcome-not-recorded
 //	ErrOutcomeUnknown             502     outcome-unknown
 //	ErrInvalidKey (and Key's)     400     invalid-key
@@ -24,12 +25,16 @@
 //	                              503     request-ended, Retry-After: 1
 //	anything else                 500     internal
 //
-// A 502 means the money may have moved: the request key stays claimed until
-// an operator looks at the rail and resolves or releases it, and a client
-// must not retry under a new key. The detail of a problem is a fixed
-// sentence per type, never an error's text, so nothing internal leaks; the
-// exceptions are the errors of Key, which say what is wrong with the field,
-// and withdrawal-claimed, which names the holding key (also in the holder
+// ErrNotSent comes first because it wraps the send's own error, whatever
+// that wraps: the rail said it moved nothing, the claim is released, and a
+// retry under the same key may send again. A 502 means the money may have
+// moved: the request key stays claimed until an operator looks at the rail
+// and resolves or releases it, and a client must not retry under a new key.
+// A 410 means the key's outcome was pruned: the key and its withdrawal stay
+// claimed for ever. The detail of a problem is a fixed sentence per type,
+// never an error's text, so nothing internal leaks; the exceptions are the
+// errors of Key, which say what is wrong with the field, and
+// withdrawal-claimed, which names the holding key (also in the holder
 // member).
 //
 // # Keys

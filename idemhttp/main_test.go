@@ -3,6 +3,7 @@ package idemhttp_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"testing"
 
@@ -48,6 +49,13 @@ var errRail = errors.New("rail 10.0.0.7: connection reset")
 // failing is a rail that gives no answer.
 func failing(context.Context, withdrawal) (withdrawal, error) {
 	return withdrawal{}, errRail
+}
+
+// notSending is a rail that moves nothing and says so, with err.
+func notSending(err error) func(context.Context, withdrawal) (withdrawal, error) {
+	return func(context.Context, withdrawal) (withdrawal, error) {
+		return withdrawal{}, fmt.Errorf("%w: %w", submissions.ErrNotSent, err)
+	}
 }
 
 // errStore is a store's error whose text must not reach a client.

@@ -19,6 +19,7 @@ const (
 	TypeKeyReused          = "urn:submissions:problem:key-reused"
 	TypeKeyInFlight        = "urn:submissions:problem:key-in-flight"
 	TypeKeyPruned          = "urn:submissions:problem:key-pruned"
+	TypeNotSent            = "urn:submissions:problem:not-sent"
 	TypeOutcomeUnknown     = "urn:submissions:problem:outcome-unknown"
 	TypeOutcomeNotRecorded = "urn:submissions:problem:outcome-not-recorded"
 	TypeStoreUnavailable   = "urn:submissions:problem:store-unavailable"
@@ -27,7 +28,8 @@ const (
 )
 
 // RetryAfter is the Retry-After value, in seconds, of WriteProblem's 503
-// responses and of a key in flight.
+// responses (a store unavailable, a request ended, a send the rail said it
+// moved nothing for) and of a key in flight.
 const RetryAfter = "1"
 
 // Problem is an RFC 9457 problem details object.
@@ -53,15 +55,17 @@ var (
 	problemKeyInFlight = Problem{Type: TypeKeyInFlight, Title: "Request in flight", Status: http.StatusConflict,
 		Detail: "A request under this key is being sent, or ended without an answer. Retry under the same key later; never under a new key."}
 	problemKeyPruned = Problem{Type: TypeKeyPruned, Title: "Request key pruned", Status: http.StatusGone,
-		Detail: "The request under this key was settled long ago and its outcome is no longer kept. Nothing was sent, and nothing will be under this key or for its withdrawal."}
+		Detail: "The request under this key was settled long ago, and its outcome is no longer kept. The key and its withdrawal stay claimed for ever: the withdrawal is never sent again, under this key or any other."}
+	problemNotSent = Problem{Type: TypeNotSent, Title: "Not sent", Status: http.StatusServiceUnavailable,
+		Detail: "The payment rail moved nothing for this request, and its claim was released. Retry the same request, under the same key: it may send again."}
 	problemOutcomeUnknown = Problem{Type: TypeOutcomeUnknown, Title: "Outcome unknown", Status: http.StatusBadGateway,
 		Detail: "The payment rail gave no answer: the money may have moved. The request key stays claimed until an operator looks at the rail, then resolves or releases it. Do not retry under a new key."}
 	problemOutcomeNotRecorded = Problem{Type: TypeOutcomeNotRecorded, Title: "Outcome not recorded", Status: http.StatusBadGateway,
 		Detail: "The payment rail answered, but the answer was not recorded: the money may have moved. The request key stays claimed until an operator looks at the rail, then resolves or releases it. Do not retry under a new key."}
 	problemStoreUnavailable = Problem{Type: TypeStoreUnavailable, Title: "Store unavailable", Status: http.StatusServiceUnavailable,
-		Detail: "Nothing was sent. Retry the same request later."}
+		Detail: "This request sent nothing. Retry the same request later."}
 	problemRequestEnded = Problem{Type: TypeRequestEnded, Title: "Request ended", Status: http.StatusServiceUnavailable,
-		Detail: "The request ended before it was claimed: nothing was sent. Retry the same request."}
+		Detail: "The request ended before it was claimed, and sent nothing. Retry the same request."}
 	problemInternal = Problem{Type: TypeInternal, Title: "Internal error", Status: http.StatusInternalServerError,
 		Detail: "The request failed."}
 )
@@ -70,9 +74,13 @@ var (
 // of ledger error err is or wraps; any other error, and nil, is a 500. The
 // detail is fixed per class, never err's text, but for the errors of Key
 // (which say what is wrong with the field) and the holder of a
-// *submissions.ConflictError.
+// *submissions.ConflictError. ErrNotSent comes first: it wraps the send's
+// own error, which may wrap anything (a rail's timeout, another ledger's
+// error) without changing what happened.
 func ProblemFor(err error) Problem {
 	switch {
+	case errors.Is(err, submissions.ErrNotSent):
+		return problemNotSent
 	case errors.Is(err, submissions.ErrOutcomeNotRecorded):
 		return problemOutcomeNotRecorded
 	case errors.Is(err, submissions.ErrOutcomeUnknown):

@@ -64,9 +64,21 @@ var (
 		l := submissions.New[withdrawal](quiet)
 		_, err := l.Submit(t.Context(), "k1", newWithdrawal("wd-1"), sent)
 		require.NoError(t, err)
-		_, err = l.Admin().Prune(t.Context(), time.Now().Add(time.Hour), 0)
+		_, err = l.Admin().WithMinRetention(0).Prune(t.Context(), time.Now(), 0)
 		require.NoError(t, err)
 		return submitErr(t, l, t.Context(), "k1", newWithdrawal("wd-1"), sent)
+	}
+	// The rail said it moved nothing: errRail's text stays out of the problem.
+	notSent ledgerError = func(t *testing.T) error {
+		return submitErr(t, submissions.New[withdrawal](quiet), t.Context(), "k1", newWithdrawal("wd-1"), notSending(errRail))
+	}
+	// The rail's word wraps errors of other classes: it is still not sent.
+	notSentDeadline ledgerError = func(t *testing.T) error {
+		return submitErr(t, submissions.New[withdrawal](quiet), t.Context(), "k1", newWithdrawal("wd-1"), notSending(context.DeadlineExceeded))
+	}
+	notSentStoreFailed ledgerError = func(t *testing.T) error {
+		return submitErr(t, submissions.New[withdrawal](quiet), t.Context(), "k1", newWithdrawal("wd-1"),
+			notSending(fmt.Errorf("the rail's own ledger: %w", storeFailed(t))))
 	}
 	outcomeUnknown ledgerError = func(t *testing.T) error {
 		return submitErr(t, submissions.New[withdrawal](quiet), t.Context(), "k1", newWithdrawal("wd-1"), failing)
@@ -134,6 +146,10 @@ func TestProblemFor(t *testing.T) {
 		{"key reused", keyReused, submissions.ErrIdempotencyConflict, 422, idemhttp.TypeKeyReused, "", false},
 		{"key in flight", keyInFlight, submissions.ErrSubmissionInFlight, 409, idemhttp.TypeKeyInFlight, "", true},
 		{"key pruned", keyPruned, submissions.ErrPruned, 410, idemhttp.TypeKeyPruned, "", false},
+		{"not sent", notSent, submissions.ErrNotSent, 503, idemhttp.TypeNotSent, "", true},
+		{"not sent, with a deadline", notSentDeadline, context.DeadlineExceeded, 503, idemhttp.TypeNotSent, "", true},
+		{"not sent, with a store failure", notSentStoreFailed, submissions.ErrStoreFailed, 503, idemhttp.TypeNotSent, "", true},
+		{"wrapped not sent", wrapped(notSent), submissions.ErrNotSent, 503, idemhttp.TypeNotSent, "", true},
 		{"outcome unknown", outcomeUnknown, submissions.ErrOutcomeUnknown, 502, idemhttp.TypeOutcomeUnknown, "", false},
 		{"outcome unknown with a deadline", outcomeUnknownDeadline, context.DeadlineExceeded, 502, idemhttp.TypeOutcomeUnknown, "", false},
 		{"not recorded: another withdrawal", notRecordedOtherWithdrawal, submissions.ErrOutcomeNotRecorded, 502, idemhttp.TypeOutcomeNotRecorded, "", false},
@@ -168,6 +184,7 @@ func TestProblemFor(t *testing.T) {
 			for _, secret := range []string{"10.0.0"} {
 				assert.NotContains(t, p.Detail, secret, "no internal text in a problem")
 			}
+			assert.NotContains(t, strings.ToLower(p.Detail), "nothing was sent", "a problem says what this request did")
 			if title, ok := types[p.Type]; ok {
 				assert.Equal(t, title, p.Title)
 			}
@@ -202,8 +219,16 @@ func TestProblemFor(t *testing.T) {
 			assert.False(t, titles[title], title)
 			titles[title] = true
 		}
-		assert.Len(t, types, 12)
+		assert.Len(t, types, 13)
 	})
+}
+
+// The detail of a pruned key says what is true of it: its outcome is gone,
+// and neither the key nor its withdrawal is ever free again.
+func TestProblemForPrunedKey(t *testing.T) {
+	p := idemhttp.ProblemFor(keyPruned(t))
+	assert.Contains(t, p.Detail, "outcome is no longer kept")
+	assert.Contains(t, p.Detail, "The key and its withdrawal stay claimed for ever")
 }
 
 func TestWriteProblem(t *testing.T) {

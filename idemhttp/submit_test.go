@@ -153,6 +153,30 @@ func TestSubmit(t *testing.T) {
 		assert.Equal(t, int32(1), r.calls.Load())
 	})
 
+	t.Run("not sent is 503, and a retry of the key sends again", func(t *testing.T) {
+		r := &rail{}
+		r.send = func(ctx context.Context, w withdrawal) (withdrawal, error) {
+			if r.calls.Load() == 1 {
+				return notSending(errRail)(ctx, w)
+			}
+			return sent(ctx, w)
+		}
+		results := make(chan result, 2)
+		h := handler(submissions.New[withdrawal](quiet), r, results)
+
+		rec := post(t, h, "k1", newWithdrawal("wd-1"))
+		assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+		assert.Equal(t, idemhttp.TypeNotSent, problemOf(t, rec).Type)
+		assert.Equal(t, "1", rec.Header().Get("Retry-After"))
+		assert.ErrorIs(t, (<-results).err, submissions.ErrNotSent)
+
+		rec = post(t, h, "k1", newWithdrawal("wd-1"))
+		assert.Equal(t, http.StatusCreated, rec.Code, "%s", rec.Body)
+		assert.Empty(t, rec.Header().Values(idemhttp.ReplayedHeader), "sent by this request")
+		assert.NoError(t, (<-results).err)
+		assert.Equal(t, int32(2), r.calls.Load())
+	})
+
 	t.Run("an answer not recorded is 502 and returned", func(t *testing.T) {
 		r := &rail{send: func(ctx context.Context, w withdrawal) (withdrawal, error) {
 			w, _ = sent(ctx, w)

@@ -3,6 +3,7 @@ package idemhttp_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/idemledger/submissions"
 	"github.com/idemledger/submissions/idemhttp"
+	"github.com/idemledger/submissions/observe"
 )
 
 // waiting submits the request's withdrawal with SubmitWaiting, waiting up to
@@ -74,6 +76,31 @@ func TestSubmitWaiting(t *testing.T) {
 		assert.Equal(t, http.StatusBadGateway, <-second)
 	})
 
+	t.Run("a key released while it waits is submitted again", func(t *testing.T) {
+		waits := make(chan struct{}, 1)
+		ledger := submissions.New[withdrawal](submissions.WithObserver(observerFunc(func(e observe.Event) {
+			if e.Kind == observe.EventInFlight {
+				waits <- struct{}{} // the second request was refused, and waits
+			}
+		})))
+		r := &rail{send: func(context.Context, withdrawal) (withdrawal, error) {
+			return withdrawal{}, fmt.Errorf("rail busy: %w", submissions.ErrNotSent)
+		}}
+		h := waiting(ledger, r, time.Minute)
+		finish, first := inFlight(t, h, r)
+		second := make(chan []any, 1)
+		go func() {
+			rec := post(t, h, "key-1", newWithdrawal("wd-1"))
+			second <- []any{rec.Code, rec.Header().Get("Idempotent-Replayed")}
+		}()
+		<-waits
+		r.send = sent // the rail is back for the next send
+		close(finish)
+		assert.Equal(t, http.StatusServiceUnavailable, <-first, "the send that moved nothing")
+		assert.Equal(t, []any{http.StatusCreated, ""}, <-second, "the waiting request sent")
+		assert.EqualValues(t, 2, r.calls.Load())
+	})
+
 	t.Run("a wait that runs out, or none, is a 409", func(t *testing.T) {
 		for _, wait := range []time.Duration{0, time.Millisecond} {
 			ledger, r := submissions.New[withdrawal](), &rail{send: sent}
@@ -86,3 +113,9 @@ func TestSubmitWaiting(t *testing.T) {
 		}
 	})
 }
+
+// observerFunc is an observe.Observer of a function.
+type observerFunc func(observe.Event)
+
+func (f observerFunc) Observe(_ context.Context, e observe.Event) { f(e) }
+

@@ -14,8 +14,11 @@ import (
 
 // attempts bounds the retries of a claim that lost a race it can read the
 // result of: the winner's row is committed by the time the loser sees the
-// violation, so one more attempt almost always settles it.
-const attempts = 3
+// violation, so one more attempt almost always settles it. Each further
+// attempt means that another claim of the key, or of the withdrawal, was made
+// and released meanwhile (sends that moved nothing release theirs at once):
+// progress elsewhere, not a livelock.
+const attempts = 10
 
 // Claim implements driver.Store: one INSERT of tenant's row, whose
 // unique constraints decide; the new row's claim_id, drawn from an identity

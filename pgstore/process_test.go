@@ -51,7 +51,7 @@ func child(role string) error {
 	if err != nil {
 		return err
 	}
-	ledger := submissions.NewWithStore[w](st)
+	ledger := submissions.NewWithStore[w](st, submissions.WithLogger(quiet))
 	rail := func(ctx context.Context, x w) (w, error) {
 		if os.Getenv("PGSTORE_TEST_NOT_SENT") != "" && rand.IntN(2) == 0 {
 			return w{}, fmt.Errorf("rail busy: %w", submissions.ErrNotSent) // and it moved nothing

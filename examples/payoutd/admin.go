@@ -42,7 +42,7 @@ func (s *server) adminInFlight(w http.ResponseWriter, r *http.Request) {
 	if v := params.Get("older_than"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 {
-			writeProblem(w, http.StatusBadRequest, fmt.Sprintf("older_than %q is not a duration such as 10m.", v))
+			writeProblem(w, typeMalformed, http.StatusBadRequest, fmt.Sprintf("older_than %q is not a duration such as 10m.", v))
 			return
 		}
 		q.OlderThan = d
@@ -59,7 +59,7 @@ func (s *server) adminInFlight(w http.ResponseWriter, r *http.Request) {
 	if v := params.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > admin.MaxListLimit {
-			writeProblem(w, http.StatusBadRequest, fmt.Sprintf("limit %q is not a number from 1 to %d.", v, admin.MaxListLimit))
+			writeProblem(w, typeMalformed, http.StatusBadRequest, fmt.Sprintf("limit %q is not a number from 1 to %d.", v, admin.MaxListLimit))
 			return
 		}
 		q.Limit = n
@@ -78,8 +78,8 @@ func (s *server) adminInFlight(w http.ResponseWriter, r *http.Request) {
 }
 
 // adminResolve handles POST /admin/claims/{key}/resolve: the body, the
-// withdrawal as the rail shows it sent, recorded as the outcome of the key's
-// claim in flight.
+// withdrawal as the rail shows it (sent, or failed), recorded as the outcome
+// of the key's claim in flight, and kept as the withdrawal's state.
 func (s *server) adminResolve(w http.ResponseWriter, r *http.Request) {
 	c, ok := s.claimOf(w, r)
 	if !ok {
@@ -89,9 +89,20 @@ func (s *server) adminResolve(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &out) {
 		return
 	}
+	if err := validate(out); err != nil {
+		writeErrorSaying(w, err)
+		return
+	}
+	if why := outcomeProblem(out); why != "" {
+		writeProblem(w, typeInvalidOutcome, http.StatusUnprocessableEntity, why)
+		return
+	}
 	if err := s.ledger.Admin().ResolveClaim(r.Context(), c, out); err != nil {
 		writeAdminError(w, err)
 		return
+	}
+	if kept, ok, err := s.withdrawals.get(r.Context(), c.Tenant, out.ID); err == nil && ok {
+		s.keep(r.Context(), c.Tenant, kept, out)
 	}
 	s.log.Info("operator resolved a claim", "tenant", c.Tenant, "key", c.Key, "withdrawal", c.Fingerprint.WithdrawalID, "token", uint64(c.Token))
 	idemhttp.WriteJSON(w, http.StatusOK, struct {
@@ -117,26 +128,54 @@ func (s *server) adminRelease(w http.ResponseWriter, r *http.Request) {
 	}{viewOf(c)}, false)
 }
 
+// outcomeProblem returns what is wrong with out as an outcome, or "": it
+// must be sent, with the rail's reference, or failed, with the reason.
+func outcomeProblem(out Withdrawal) string {
+	switch {
+	case out.State == stateSent && out.Tx == "":
+		return `state: "sent" without its tx.`
+	case out.State == stateFailed && out.FailureReason == "":
+		return `state: "failed" without its failure_reason.`
+	case out.State != stateSent && out.State != stateFailed:
+		return fmt.Sprintf(`state: %q is not an outcome: "sent" (with tx) or "failed" (with failure_reason).`, out.State)
+	}
+	return ""
+}
+
 // adminPrune handles POST /admin/prune?before=T: the records settled before
 // T (RFC 3339, or a duration ago such as 720h), in every tenant, become
-// tombstones; their keys and withdrawals are refused from then on.
+// tombstones; their keys and withdrawals are refused from then on. T must be
+// at least the ledger's minimum retention ago (admin.DefaultMinRetention);
+// force=true allows a later T, never one in the future.
 func (s *server) adminPrune(w http.ResponseWriter, r *http.Request) {
-	v := r.URL.Query().Get("before")
+	params := r.URL.Query()
+	v := params.Get("before")
 	before, err := time.Parse(time.RFC3339, v)
 	if err != nil {
 		d, derr := time.ParseDuration(v)
 		if derr != nil || d <= 0 {
-			writeProblem(w, http.StatusBadRequest, fmt.Sprintf("before %q is neither an RFC 3339 time nor a positive duration such as 720h.", v))
+			writeProblem(w, typeMalformed, http.StatusBadRequest, fmt.Sprintf("before %q is neither an RFC 3339 time nor a positive duration such as 720h.", v))
 			return
 		}
 		before = time.Now().Add(-d)
 	}
-	n, err := s.ledger.Admin().Prune(r.Context(), before, 0)
+	force := false
+	if v := params.Get("force"); v != "" {
+		if force, err = strconv.ParseBool(v); err != nil {
+			writeProblem(w, typeMalformed, http.StatusBadRequest, fmt.Sprintf("force %q is neither true nor false.", v))
+			return
+		}
+	}
+	ops := s.ledger.Admin()
+	if force {
+		ops = ops.WithMinRetention(0)
+	}
+	n, err := ops.Prune(r.Context(), before, 0)
 	if err != nil {
 		writeAdminError(w, err)
 		return
 	}
-	s.log.Info("operator pruned settled records", "before", before, "pruned", n)
+	s.log.Info("operator pruned settled records", "before", before, "forced", force, "pruned", n)
 	idemhttp.WriteJSON(w, http.StatusOK, struct {
 		Pruned int       `json:"pruned"`
 		Before time.Time `json:"before"`
@@ -156,7 +195,7 @@ func (s *server) claimOf(w http.ResponseWriter, r *http.Request) (admin.Claim, b
 	if v := r.URL.Query().Get("token"); v != "" {
 		var err error
 		if token, err = strconv.ParseUint(v, 10, 64); err != nil || token == 0 {
-			writeProblem(w, http.StatusBadRequest, fmt.Sprintf("token %q is not a claim's token.", v))
+			writeProblem(w, typeMalformed, http.StatusBadRequest, fmt.Sprintf("token %q is not a claim's token.", v))
 			return admin.Claim{}, false
 		}
 	}
@@ -166,7 +205,7 @@ func (s *server) claimOf(w http.ResponseWriter, r *http.Request) (admin.Claim, b
 		writeAdminError(w, err)
 		return admin.Claim{}, false
 	case !found:
-		writeProblem(w, http.StatusNotFound, fmt.Sprintf("Request key %s has no claim in flight in this tenant.", key))
+		writeProblem(w, typeNotFound, http.StatusNotFound, fmt.Sprintf("Request key %s has no claim in flight in this tenant.", key))
 		return admin.Claim{}, false
 	case token != 0 && uint64(c.Token) != token:
 		writeAdminError(w, fmt.Errorf("%w: request key %s: its claim is token %d now, not %d", admin.ErrClaimChanged, key, c.Token, token))
@@ -196,19 +235,19 @@ func (s *server) findClaim(ctx context.Context, tenant, key string) (admin.Claim
 }
 
 // writeAdminError writes the problem of an admin action's error, with the
-// ledger's error as its detail: the operator's, not a client's.
+// ledger's error as its detail: the operator's, not a client's. The
+// ledger's classes are idemhttp's problems, but for an outcome that
+// contradicts the claim, and the admin package's own errors.
 func writeAdminError(w http.ResponseWriter, err error) {
-	status := http.StatusInternalServerError
 	switch {
-	case errors.Is(err, admin.ErrClaimChanged), errors.Is(err, submissions.ErrIdempotencyConflict),
-		errors.Is(err, submissions.ErrSubmissionInFlight):
-		status = http.StatusConflict
-	case errors.Is(err, submissions.ErrInvalidKey), errors.Is(err, submissions.ErrInvalidTenant):
-		status = http.StatusBadRequest
-	case errors.Is(err, submissions.ErrInvalidFingerprint):
-		status = http.StatusUnprocessableEntity
-	case errors.Is(err, submissions.ErrStoreFailed):
-		status = http.StatusServiceUnavailable
+	case errors.Is(err, admin.ErrClaimChanged):
+		writeProblem(w, typeClaimChanged, http.StatusConflict, err.Error())
+	case errors.Is(err, admin.ErrHorizonTooRecent):
+		writeProblem(w, typeHorizonTooRecent, http.StatusUnprocessableEntity, err.Error()+
+			". force=true prunes within the minimum retention (never after now): a client retrying a key settled since the horizon gets 410 instead of its outcome.")
+	case errors.Is(err, submissions.ErrIdempotencyConflict):
+		writeProblem(w, typeOutcomeConflict, http.StatusConflict, err.Error())
+	default:
+		writeErrorSaying(w, err)
 	}
-	writeProblem(w, status, err.Error())
 }

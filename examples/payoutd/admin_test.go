@@ -4,11 +4,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/idemhttp"
 )
 
 // inFlight returns GET /admin/inflight with query q.
@@ -23,11 +28,12 @@ func inFlight(t *testing.T, a *api, q string) []claimView {
 }
 
 // stuck creates a withdrawal in tenant and submits it under key to a rail
-// that refuses it, which leaves the key in flight; it returns the id.
+// that fails it without saying whether money moved, which leaves the key in
+// flight; it returns the id.
 func stuck(t *testing.T, a *api, f *fates, tenant, key string) string {
 	t.Helper()
 	id := create(t, a, tenant)
-	f.set(id, refuse)
+	f.set(id, fail)
 	res := do(t, "POST", a.url+"/withdrawals/"+id+"/submit", tenant, key, "")
 	require.Equal(t, http.StatusBadGateway, res.status, "%s", res.body)
 	return id
@@ -36,7 +42,7 @@ func stuck(t *testing.T, a *api, f *fates, tenant, key string) string {
 func TestAdminEndpoints(t *testing.T) {
 	forEachStore(t, func(t *testing.T, db string) {
 		var f fates
-		r := newRail(0, 0, 0)
+		r := newRail(0, 0, 0, 0, 0)
 		r.decide = f.decide
 		a := serve(t, db, r, 10*time.Second)
 		id1 := stuck(t, a, &f, "", "k1")
@@ -67,10 +73,9 @@ func TestAdminEndpoints(t *testing.T) {
 			assert.Empty(t, inFlight(t, a, "?older_than=1h"))
 			assert.Len(t, inFlight(t, a, "?older_than=1ms&limit=1"), 1)
 
-			for _, q := range []string{"?older_than=soon", "?older_than=-1m", "?limit=0", "?limit=1001", "?tenant=%00"} {
-				res := do(t, "GET", a.url+"/admin/inflight"+q, "-", "-", "")
-				assert.Equal(t, http.StatusBadRequest, res.status, "%s: %s", q, res.body)
-				res.problem(t)
+			for q, typ := range map[string]string{"?older_than=soon": typeMalformed, "?older_than=-1m": typeMalformed,
+				"?limit=0": typeMalformed, "?limit=1001": typeMalformed, "?tenant=%00": idemhttp.TypeInvalidTenant} {
+				do(t, "GET", a.url+"/admin/inflight"+q, "-", "-", "").problemOf(t, http.StatusBadRequest, typ)
 			}
 		})
 
@@ -84,8 +89,37 @@ func TestAdminEndpoints(t *testing.T) {
 			wrong, err := json.Marshal(other)
 			require.NoError(t, err)
 			res := do(t, "POST", a.url+"/admin/claims/k1/resolve", "-", "-", string(wrong))
-			assert.Equal(t, http.StatusConflict, res.status, "another withdrawal: %s", res.body)
-			assert.Contains(t, res.problem(t)["detail"], "belongs to another withdrawal")
+			p := res.problemOf(t, http.StatusConflict, typeOutcomeConflict)
+			assert.Contains(t, p["detail"], "belongs to another withdrawal")
+
+			// Refused like a client's request, and the claim stays in flight.
+			for _, c := range []struct {
+				name, body, typ, inDetail string
+			}{
+				{"no state", fmt.Sprintf(`{"id":%q,"amount":"25.00","currency":"USDC","destination":"0xdest","tx":"tx_1"}`, id1),
+					typeInvalidOutcome, `state: "" is not an outcome`},
+				{"approved", fmt.Sprintf(`{"id":%q,"amount":"25.00","currency":"USDC","destination":"0xdest","state":"approved"}`, id1),
+					typeInvalidOutcome, `state: "approved" is not an outcome`},
+				{"in flight", fmt.Sprintf(`{"id":%q,"amount":"25.00","currency":"USDC","destination":"0xdest","state":"in_flight","tx":"tx_1"}`, id1),
+					typeInvalidOutcome, `state: "in_flight" is not an outcome`},
+				{"sent without tx", fmt.Sprintf(`{"id":%q,"amount":"25.00","currency":"USDC","destination":"0xdest","state":"sent"}`, id1),
+					typeInvalidOutcome, "without its tx"},
+				{"failed without reason", fmt.Sprintf(`{"id":%q,"amount":"25.00","currency":"USDC","destination":"0xdest","state":"failed"}`, id1),
+					typeInvalidOutcome, "without its failure_reason"},
+				{"invalid amount", fmt.Sprintf(`{"id":%q,"amount":"-25","currency":"USDC","destination":"0xdest","state":"sent","tx":"tx_1"}`, id1),
+					idemhttp.TypeInvalidFingerprint, "amount: "},
+				{"no id", `{"amount":"25.00","currency":"USDC","destination":"0xdest","state":"sent","tx":"tx_1"}`,
+					idemhttp.TypeInvalidFingerprint, "id: "},
+				{"amount a JSON number", fmt.Sprintf(`{"id":%q,"amount":25,"currency":"USDC","destination":"0xdest","state":"sent","tx":"tx_1"}`, id1),
+					idemhttp.TypeInvalidFingerprint, "amount: not a JSON string"},
+				{"malformed", `{"id":`, typeMalformed, "Malformed JSON"},
+			} {
+				res := do(t, "POST", a.url+"/admin/claims/k1/resolve", "-", "-", c.body)
+				p := res.problemOf(t, map[string]int{typeInvalidOutcome: 422, idemhttp.TypeInvalidFingerprint: 422, typeMalformed: 400}[c.typ], c.typ)
+				assert.Contains(t, p["detail"], c.inDetail, c.name)
+				assert.NotContains(t, p["detail"], "Amount", c.name)
+			}
+			require.Len(t, inFlight(t, a, "?tenant="), 1, "every refusal left the claim in flight")
 
 			res = do(t, "POST", a.url+"/admin/claims/k1/resolve", "-", "-", string(body))
 			require.Equal(t, http.StatusOK, res.status, "%s", res.body)
@@ -104,8 +138,7 @@ func TestAdminEndpoints(t *testing.T) {
 			assert.Zero(t, r.Sends()[id1], "nothing sent")
 
 			res = do(t, "POST", a.url+"/admin/claims/k1/resolve", "-", "-", string(body))
-			assert.Equal(t, http.StatusNotFound, res.status, "no claim in flight any more: %s", res.body)
-			res.problem(t)
+			res.problemOf(t, http.StatusNotFound, typeNotFound)
 		})
 
 		t.Run("release", func(t *testing.T) {
@@ -114,8 +147,7 @@ func TestAdminEndpoints(t *testing.T) {
 
 			token := inFlight(t, a, "?tenant=acme")[0].Token
 			res = do(t, "POST", a.url+fmt.Sprintf("/admin/claims/k2/release?token=%d", token+1), "acme", "-", "")
-			assert.Equal(t, http.StatusConflict, res.status, "another token: %s", res.body)
-			assert.Contains(t, res.problem(t)["detail"], "claim changed")
+			assert.Contains(t, res.problemOf(t, http.StatusConflict, typeClaimChanged)["detail"], "claim changed")
 
 			res = do(t, "POST", a.url+fmt.Sprintf("/admin/claims/k2/release?token=%d", token), "acme", "-", "")
 			require.Equal(t, http.StatusOK, res.status, "%s", res.body)
@@ -154,29 +186,140 @@ func TestAdminEndpoints(t *testing.T) {
 
 func TestAdminPrune(t *testing.T) {
 	forEachStore(t, func(t *testing.T, db string) {
-		r := newRail(0, 0, 0)
+		r := newRail(0, 0, 0, 0, 0)
 		a := serve(t, db, r, 10*time.Second)
 		id := create(t, a, "acme")
 		res := do(t, "POST", a.url+"/withdrawals/"+id+"/submit", "acme", "k1", "")
 		require.Equal(t, http.StatusCreated, res.status, "%s", res.body)
+		prune := func(q string) response { return do(t, "POST", a.url+"/admin/prune"+q, "-", "-", "") }
+		future := url.QueryEscape(time.Now().Add(time.Minute).UTC().Format(time.RFC3339))
 
-		res = do(t, "POST", a.url+"/admin/prune?before=1h", "-", "-", "")
+		t.Run("refusals", func(t *testing.T) {
+			for q, inDetail := range map[string]string{
+				"?before=1h":                        "later than the minimum retention, 24h0m0s, ago",
+				"?before=1h&force=false":            "later than the minimum retention, 24h0m0s, ago",
+				"?before=" + future:                 "in the future",
+				"?before=" + future + "&force=true": "in the future",
+			} {
+				p := prune(q).problemOf(t, http.StatusUnprocessableEntity, typeHorizonTooRecent)
+				assert.Contains(t, p["detail"], inDetail, q)
+				assert.Contains(t, p["detail"], "force=true", q)
+			}
+			for _, q := range []string{"", "?before=yesterday", "?before=-1h", "?before=48h&force=yes"} {
+				prune(q).problemOf(t, http.StatusBadRequest, typeMalformed)
+			}
+			res := do(t, "POST", a.url+"/withdrawals/"+id+"/submit", "acme", "k1", "")
+			assert.Equal(t, http.StatusCreated, res.status, "nothing pruned: %s", res.body)
+		})
+
+		res = prune("?before=48h")
 		require.Equal(t, http.StatusOK, res.status, "%s", res.body)
-		assert.Contains(t, string(res.body), `"pruned":0`, "nothing settled an hour ago")
-		res = do(t, "POST", a.url+"/admin/prune?before="+time.Now().Add(time.Minute).UTC().Format(time.RFC3339), "-", "-", "")
+		assert.Contains(t, string(res.body), `"pruned":0`, "nothing settled two days ago")
+		res = prune("?force=true&before=" + url.QueryEscape(time.Now().UTC().Format(time.RFC3339Nano)))
 		require.Equal(t, http.StatusOK, res.status, "%s", res.body)
 		assert.Contains(t, string(res.body), `"pruned":1`)
 
 		res = do(t, "POST", a.url+"/withdrawals/"+id+"/submit", "acme", "k1", "")
-		assert.Equal(t, http.StatusGone, res.status, "a retry of the pruned key: %s", res.body)
+		p := res.problemOf(t, http.StatusGone, idemhttp.TypeKeyPruned)
+		assert.Contains(t, p["detail"], "no longer kept")
+		assert.NotContains(t, strings.ToLower(p["detail"].(string)), "nothing was sent")
 		res = do(t, "POST", a.url+"/withdrawals/"+id+"/submit", "acme", "k2", "")
-		assert.Equal(t, http.StatusConflict, res.status, "another key for the pruned withdrawal: %s", res.body)
-		assert.Contains(t, string(res.body), `"holder":"k1"`)
+		assert.Equal(t, "k1", res.problemOf(t, http.StatusConflict, idemhttp.TypeWithdrawalClaimed)["holder"])
 		assert.Equal(t, map[string]int{id: 1}, r.Sends(), "sent once")
+	})
+}
 
-		for _, q := range []string{"", "?before=yesterday", "?before=-1h"} {
-			res = do(t, "POST", a.url+"/admin/prune"+q, "-", "-", "")
-			assert.Equal(t, http.StatusBadRequest, res.status, "%q: %s", q, res.body)
+// GET of a withdrawal whose outcome the ledger pruned answers from payoutd's
+// own store: sent with its tx, failed with its reason, or resolved by an
+// operator; a retry of the pruned key stays 410.
+func TestGetAfterPrune(t *testing.T) {
+	forEachStore(t, func(t *testing.T, db string) {
+		var f fates
+		r := newRail(0, 0, 0, 0, 0)
+		r.decide = f.decide
+		a := serve(t, db, r, 10*time.Second)
+
+		sent := create(t, a, "")
+		res := do(t, "POST", a.url+"/withdrawals/"+sent+"/submit", "-", "k-sent", "")
+		require.Equal(t, http.StatusCreated, res.status, "%s", res.body)
+		wantSent := res.withdrawal(t).Withdrawal
+
+		declined := create(t, a, "")
+		f.set(declined, decline)
+		res = do(t, "POST", a.url+"/withdrawals/"+declined+"/submit", "-", "k-declined", "")
+		require.Equal(t, http.StatusCreated, res.status, "%s", res.body)
+		wantDeclined := res.withdrawal(t).Withdrawal
+		require.Equal(t, stateFailed, wantDeclined.State)
+
+		resolved := stuck(t, a, &f, "", "k-resolved")
+		wantResolved := Withdrawal{ID: resolved, Amount: "25.00", Currency: "USDC", Destination: "0xdest", State: stateSent, Tx: "tx_seen_by_the_operator"}
+		body, err := json.Marshal(wantResolved)
+		require.NoError(t, err)
+		res = do(t, "POST", a.url+"/admin/claims/k-resolved/resolve", "-", "-", string(body))
+		require.Equal(t, http.StatusOK, res.status, "%s", res.body)
+
+		// Resolved past payoutd (as submissionsctl does): kept once a GET
+		// reads it, and unknown if the ledger prunes it first.
+		ledger := a.srv.ledger.Tenant("")
+		outside := create(t, a, "")
+		wantOutside := Withdrawal{ID: outside, Amount: "25.00", Currency: "USDC", Destination: "0xdest", State: stateSent, Tx: "tx_outside"}
+		require.NoError(t, ledger.Resolve(t.Context(), "k-outside", wantOutside))
+		assert.Equal(t, wantOutside, do(t, "GET", a.url+"/withdrawals/"+outside, "-", "-", "").withdrawal(t).Withdrawal)
+		unread := create(t, a, "")
+		require.NoError(t, ledger.Resolve(t.Context(), "k-unread", Withdrawal{ID: unread, Amount: "25.00", Currency: "USDC",
+			Destination: "0xdest", State: stateSent, Tx: "tx_unread"}))
+
+		res = do(t, "POST", a.url+"/admin/prune?force=true&before="+url.QueryEscape(time.Now().UTC().Format(time.RFC3339Nano)), "-", "-", "")
+		require.Equal(t, http.StatusOK, res.status, "%s", res.body)
+		require.Contains(t, string(res.body), `"pruned":5`)
+
+		for key, want := range map[string]Withdrawal{"k-sent": wantSent, "k-declined": wantDeclined, "k-resolved": wantResolved,
+			"k-outside": wantOutside, "k-unread": {ID: unread, Amount: "25.00", Currency: "USDC", Destination: "0xdest", State: stateUnknown}} {
+			got := do(t, "GET", a.url+"/withdrawals/"+want.ID, "-", "-", "").withdrawal(t)
+			assert.Equal(t, want, got.Withdrawal, key)
+			assert.Equal(t, ptr(key), got.ClaimedBy, key)
+
+			res := do(t, "POST", a.url+"/withdrawals/"+want.ID+"/submit", "-", key, "")
+			res.problemOf(t, http.StatusGone, idemhttp.TypeKeyPruned)
+		}
+		assert.Equal(t, map[string]int{sent: 1}, r.Sends())
+	})
+}
+
+// An operator who releases the key of a withdrawal whose money moved is
+// wrong, but the rail deduplicates on the ledger's rail key: the retry, under
+// the same key or a new one, gets the first transfer back, and the money
+// moved once.
+func TestWrongReleaseMovesMoneyOnce(t *testing.T) {
+	forEachStore(t, func(t *testing.T, db string) {
+		var f fates
+		r := newRail(0, 0, 0, 0, 0)
+		r.decide = f.decide
+		a := serve(t, db, r, 200*time.Millisecond)
+
+		for _, c := range []struct{ name, key, retry string }{{"the same key", "a1", "a1"}, {"a new key", "b1", "b2"}} {
+			t.Run(c.name, func(t *testing.T) {
+				id := create(t, a, "acme")
+				f.set(id, hang) // moves the money, never answers
+				res := do(t, "POST", a.url+"/withdrawals/"+id+"/submit", "acme", c.key, "")
+				res.problemOf(t, http.StatusBadGateway, idemhttp.TypeOutcomeUnknown)
+				require.Equal(t, 1, r.Sends()[id], "the money moved")
+
+				res = do(t, "POST", a.url+"/admin/claims/"+c.key+"/release", "acme", "-", "")
+				require.Equal(t, http.StatusOK, res.status, "the operator's mistake: %s", res.body)
+
+				f.set(id, answer)
+				res = do(t, "POST", a.url+"/withdrawals/"+id+"/submit", "acme", c.retry, "")
+				require.Equal(t, http.StatusCreated, res.status, "%s", res.body)
+				w := res.withdrawal(t)
+				assert.Equal(t, stateSent, w.State)
+				r.mu.Lock()
+				first := r.transfers[submissions.RailKey("acme", id)]
+				r.mu.Unlock()
+				assert.Equal(t, first.Tx, w.Tx, "the first transfer")
+				assert.Equal(t, 1, r.Sends()[id], "the money moved once")
+				assert.Equal(t, 1, railSends(t, a.url)[id])
+			})
 		}
 	})
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemledger/submissions/idemhttp"
 )
 
 // TestDoubleTapWaitsForTheOutcome: with -wait, the taps that find the key in
@@ -17,7 +20,7 @@ import (
 // with the same body, one send.
 func TestDoubleTapWaitsForTheOutcome(t *testing.T) {
 	forEachStore(t, func(t *testing.T, db string) {
-		a := serveWaiting(t, db, newRail(50*time.Millisecond, 0, 0), 10*time.Second, 10*time.Second)
+		a := serveWaiting(t, db, newRail(50*time.Millisecond, 0, 0, 0, 0), 10*time.Second, 10*time.Second)
 		ids := []string{create(t, a, ""), create(t, a, "")}
 		got := taps(t, []string{a.url}, "", keyPer("tap-"), ids, 32)
 		for _, id := range ids {
@@ -32,7 +35,7 @@ func TestDoubleTapWaitsForTheOutcome(t *testing.T) {
 
 func TestDoubleTapSendsOnce(t *testing.T) {
 	forEachStore(t, func(t *testing.T, db string) {
-		a := serve(t, db, newRail(50*time.Millisecond, 0, 0), 10*time.Second)
+		a := serve(t, db, newRail(50*time.Millisecond, 0, 0, 0, 0), 10*time.Second)
 		ids := []string{create(t, a, ""), create(t, a, ""), create(t, a, "")}
 
 		got := taps(t, []string{a.url}, "", keyPer("tap-"), ids, 32)
@@ -67,7 +70,7 @@ func TestDoubleTapSendsOnce(t *testing.T) {
 
 func TestSecondKeyGetsHolder(t *testing.T) {
 	forEachStore(t, func(t *testing.T, db string) {
-		a := serve(t, db, newRail(50*time.Millisecond, 0, 0), 10*time.Second)
+		a := serve(t, db, newRail(50*time.Millisecond, 0, 0, 0, 0), 10*time.Second)
 
 		t.Run("after the send", func(t *testing.T) {
 			id := create(t, a, "")
@@ -112,7 +115,7 @@ func TestSecondKeyGetsHolder(t *testing.T) {
 
 func TestKeyReusedForAnotherWithdrawal(t *testing.T) {
 	forEachStore(t, func(t *testing.T, db string) {
-		a := serve(t, db, newRail(0, 0, 0), 10*time.Second)
+		a := serve(t, db, newRail(0, 0, 0, 0, 0), 10*time.Second)
 		first, second := create(t, a, ""), create(t, a, "")
 		res := do(t, "POST", a.url+"/withdrawals/"+first+"/submit", "-", "k", "")
 		require.Equal(t, http.StatusCreated, res.status, "%s", res.body)
@@ -132,7 +135,7 @@ func TestKeyReusedForAnotherWithdrawal(t *testing.T) {
 
 func TestTenantsAreApart(t *testing.T) {
 	forEachStore(t, func(t *testing.T, db string) {
-		a := serve(t, db, newRail(20*time.Millisecond, 0, 0), 10*time.Second)
+		a := serve(t, db, newRail(20*time.Millisecond, 0, 0, 0, 0), 10*time.Second)
 		tenants := []string{"acme", "globex", ""} // "" is the default tenant
 		ids := map[string]string{}
 		for _, tenant := range tenants {
@@ -178,7 +181,7 @@ func TestTenantsAreApart(t *testing.T) {
 func TestRailWithoutAnswer(t *testing.T) {
 	forEachStore(t, func(t *testing.T, db string) {
 		var f fates
-		r := newRail(0, 0, 0)
+		r := newRail(0, 0, 0, 0, 0)
 		r.decide = f.decide
 		const sendTimeout = 300 * time.Millisecond
 		a := serve(t, db, r, sendTimeout)
@@ -189,7 +192,7 @@ func TestRailWithoutAnswer(t *testing.T) {
 			sends int // what the rail moved
 		}{
 			{"timeout", hang, 1},
-			{"refusal", refuse, 0},
+			{"failure", fail, 0},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				id := create(t, a, "")
@@ -222,7 +225,7 @@ func TestRailWithoutAnswer(t *testing.T) {
 
 func TestClientHangingUpDoesNotCutTheSend(t *testing.T) {
 	forEachStore(t, func(t *testing.T, db string) {
-		a := serve(t, db, newRail(300*time.Millisecond, 0, 0), 10*time.Second)
+		a := serve(t, db, newRail(300*time.Millisecond, 0, 0, 0, 0), 10*time.Second)
 		id := create(t, a, "")
 		tr := &http.Transport{DisableKeepAlives: true}
 		defer tr.CloseIdleConnections()
@@ -246,7 +249,7 @@ func TestClientHangingUpDoesNotCutTheSend(t *testing.T) {
 
 func TestRefusals(t *testing.T) {
 	forEachStore(t, func(t *testing.T, db string) {
-		a := serve(t, db, newRail(0, 0, 0), 10*time.Second)
+		a := serve(t, db, newRail(0, 0, 0, 0, 0), 10*time.Second)
 		id := create(t, a, "")
 		valid := `{"amount":"25.00","currency":"USDC","destination":"0xdest"}`
 		long := strings.Repeat("t", 65)
@@ -258,35 +261,48 @@ func TestRefusals(t *testing.T) {
 			status                int
 			problemType, inDetail string
 		}{
-			{"malformed JSON", "POST", "/withdrawals", "-", "-", `{"amount":`, 400, "about:blank", "Malformed JSON"},
-			{"not an object", "POST", "/withdrawals", "-", "-", `[1]`, 400, "about:blank", "Malformed JSON"},
-			{"empty body", "POST", "/withdrawals", "-", "-", ``, 400, "about:blank", "empty"},
-			{"two objects", "POST", "/withdrawals", "-", "-", valid + valid, 400, "about:blank", "after the JSON object"},
-			{"body too large", "POST", "/withdrawals", "-", "-", `{"destination":"` + strings.Repeat("x", maxBody) + `"}`, 413, "about:blank", "over"},
-			{"negative amount", "POST", "/withdrawals", "-", "-", `{"amount":"-5","currency":"USDC","destination":"0xdest"}`, 422, "invalid-fingerprint", "Amount"},
-			{"amount not a number", "POST", "/withdrawals", "-", "-", `{"amount":"abc","currency":"USDC","destination":"0xdest"}`, 422, "invalid-fingerprint", "Amount"},
-			{"zero amount", "POST", "/withdrawals", "-", "-", `{"amount":"0.00","currency":"USDC","destination":"0xdest"}`, 422, "invalid-fingerprint", "Amount"},
-			{"amount a JSON number", "POST", "/withdrawals", "-", "-", `{"amount":25,"currency":"USDC","destination":"0xdest"}`, 422, "invalid-fingerprint", "amount"},
-			{"no amount", "POST", "/withdrawals", "-", "-", `{"currency":"USDC","destination":"0xdest"}`, 422, "invalid-fingerprint", "Amount"},
-			{"bad currency", "POST", "/withdrawals", "-", "-", `{"amount":"1","currency":"U$","destination":"0xdest"}`, 422, "invalid-fingerprint", "Currency"},
-			{"no destination", "POST", "/withdrawals", "-", "-", `{"amount":"1","currency":"USDC"}`, 422, "invalid-fingerprint", "Destination"},
-			{"create, invalid tenant", "POST", "/withdrawals", long, "-", valid, 400, "invalid-tenant", "X-Tenant"},
-			{"no key", "POST", "/withdrawals/" + id + "/submit", "-", "-", "", 400, "invalid-key", "missing"},
-			{"blank key", "POST", "/withdrawals/" + id + "/submit", "-", "  ", "", 400, "invalid-key", "empty"},
-			{"malformed key", "POST", "/withdrawals/" + id + "/submit", "-", `"k`, "", 400, "invalid-key", "malformed"},
-			{"submit, unknown id", "POST", "/withdrawals/wd_unknown/submit", "-", "k", "", 404, "about:blank", "wd_unknown"},
-			{"submit, invalid tenant", "POST", "/withdrawals/" + id + "/submit", long, "k", "", 400, "invalid-tenant", "X-Tenant"},
-			{"get, unknown id", "GET", "/withdrawals/wd_unknown", "-", "-", "", 404, "about:blank", "wd_unknown"},
-			{"get, invalid tenant", "GET", "/withdrawals/" + id, long, "-", "", 400, "invalid-tenant", "X-Tenant"},
+			{"malformed JSON", "POST", "/withdrawals", "-", "-", `{"amount":`, 400, typeMalformed, "Malformed JSON"},
+			{"not an object", "POST", "/withdrawals", "-", "-", `[1]`, 400, typeMalformed, "Malformed JSON"},
+			{"empty body", "POST", "/withdrawals", "-", "-", ``, 400, typeMalformed, "empty"},
+			{"two objects", "POST", "/withdrawals", "-", "-", valid + valid, 400, typeMalformed, "after the JSON object"},
+			{"body too large", "POST", "/withdrawals", "-", "-", `{"destination":"` + strings.Repeat("x", maxBody) + `"}`, 413, typeBodyTooLarge, "over 16384 bytes"},
+			{"negative amount", "POST", "/withdrawals", "-", "-", `{"amount":"-5","currency":"USDC","destination":"0xdest"}`, 422, idemhttp.TypeInvalidFingerprint, "amount: "},
+			{"amount not a number", "POST", "/withdrawals", "-", "-", `{"amount":"abc","currency":"USDC","destination":"0xdest"}`, 422, idemhttp.TypeInvalidFingerprint, "amount: "},
+			{"zero amount", "POST", "/withdrawals", "-", "-", `{"amount":"0.00","currency":"USDC","destination":"0xdest"}`, 422, idemhttp.TypeInvalidFingerprint, "amount: "},
+			{"amount a JSON number", "POST", "/withdrawals", "-", "-", `{"amount":25,"currency":"USDC","destination":"0xdest"}`, 422, idemhttp.TypeInvalidFingerprint, "amount: not a JSON string"},
+			{"no amount", "POST", "/withdrawals", "-", "-", `{"currency":"USDC","destination":"0xdest"}`, 422, idemhttp.TypeInvalidFingerprint, "amount: "},
+			{"bad currency", "POST", "/withdrawals", "-", "-", `{"amount":"1","currency":"U$","destination":"0xdest"}`, 422, idemhttp.TypeInvalidFingerprint, "currency: "},
+			{"no destination", "POST", "/withdrawals", "-", "-", `{"amount":"1","currency":"USDC"}`, 422, idemhttp.TypeInvalidFingerprint, "destination: "},
+			{"create, invalid tenant", "POST", "/withdrawals", long, "-", valid, 400, idemhttp.TypeInvalidTenant, "X-Tenant"},
+			{"no key", "POST", "/withdrawals/" + id + "/submit", "-", "-", "", 400, idemhttp.TypeInvalidKey, "missing"},
+			{"blank key", "POST", "/withdrawals/" + id + "/submit", "-", "  ", "", 400, idemhttp.TypeInvalidKey, "empty"},
+			{"malformed key", "POST", "/withdrawals/" + id + "/submit", "-", `"k`, "", 400, idemhttp.TypeInvalidKey, "malformed"},
+			{"submit, unknown id", "POST", "/withdrawals/wd_unknown/submit", "-", "k", "", 404, typeNotFound, "wd_unknown"},
+			{"submit, invalid tenant", "POST", "/withdrawals/" + id + "/submit", long, "k", "", 400, idemhttp.TypeInvalidTenant, "X-Tenant"},
+			{"get, unknown id", "GET", "/withdrawals/wd_unknown", "-", "-", "", 404, typeNotFound, "wd_unknown"},
+			{"get, invalid tenant", "GET", "/withdrawals/" + id, long, "-", "", 400, idemhttp.TypeInvalidTenant, "X-Tenant"},
+			{"no such path", "GET", "/nowhere", "-", "-", "", 404, typeNotFound, "/nowhere"},
+			{"no such method", "DELETE", "/withdrawals/" + id, "-", "-", "", 405, typeMethodNotAllowed, "DELETE"},
+			{"get, no such method", "GET", "/withdrawals", "-", "-", "", 405, typeMethodNotAllowed, "GET"},
+			{"admin, no such method", "GET", "/admin/prune", "-", "-", "", 405, typeMethodNotAllowed, "GET"},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				res := do(t, c.method, a.url+c.path, c.tenant, c.key, c.body)
-				require.Equal(t, c.status, res.status, "%s", res.body)
-				p := res.problem(t)
-				assert.True(t, strings.HasSuffix(p["type"].(string), c.problemType), "type %v", p["type"])
+				p := res.problemOf(t, c.status, c.problemType)
 				assert.Contains(t, p["detail"], c.inDetail)
+				for _, goName := range []string{"WithdrawalID", "Amount", "Currency", "Destination"} {
+					assert.NotContains(t, p["detail"], goName, "JSON names only")
+				}
 			})
 		}
+
+		t.Run("405 keeps Allow", func(t *testing.T) {
+			for path, allow := range map[string]string{"/withdrawals": "POST", "/withdrawals/" + id: "GET, HEAD", "/admin/inflight": "GET, HEAD"} {
+				res := do(t, "PUT", a.url+path, "-", "-", "")
+				res.problemOf(t, http.StatusMethodNotAllowed, typeMethodNotAllowed)
+				assert.Equal(t, allow, res.header.Get("Allow"), path)
+			}
+		})
 
 		t.Run("two tenants", func(t *testing.T) {
 			req, err := http.NewRequest("GET", a.url+"/withdrawals/"+id, nil)
@@ -319,3 +335,82 @@ func keyPer(prefix string) func(string, int) string {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// A rail that declines a transfer answers with an outcome: the withdrawal is
+// failed, recorded, and every retry of the key replays it; nothing moved.
+func TestRailDeclines(t *testing.T) {
+	forEachStore(t, func(t *testing.T, db string) {
+		var f fates
+		r := newRail(0, 0, 0, 0, 0)
+		r.decide = f.decide
+		a := serve(t, db, r, 10*time.Second)
+		id := create(t, a, "")
+		f.set(id, decline)
+
+		res := do(t, "POST", a.url+"/withdrawals/"+id+"/submit", "-", "k1", "")
+		require.Equal(t, http.StatusCreated, res.status, "%s", res.body)
+		assert.Empty(t, res.header.Values("Idempotent-Replayed"))
+		w := res.withdrawal(t)
+		assert.Equal(t, Withdrawal{ID: id, Amount: "25.00", Currency: "USDC", Destination: "0xdest",
+			State: stateFailed, FailureReason: declineReason}, w.Withdrawal)
+
+		f.set(id, answer) // a retry is not sent: the decline is its outcome
+		again := do(t, "POST", a.url+"/withdrawals/"+id+"/submit", "-", "k1", "")
+		require.Equal(t, http.StatusCreated, again.status, "%s", again.body)
+		assert.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
+		assert.Equal(t, string(res.body), string(again.body), "the same status and body")
+
+		got := do(t, "GET", a.url+"/withdrawals/"+id, "-", "-", "").withdrawal(t)
+		assert.Equal(t, w.Withdrawal, got.Withdrawal)
+		assert.Equal(t, ptr("k1"), got.ClaimedBy)
+		p := do(t, "POST", a.url+"/withdrawals/"+id+"/submit", "-", "k2", "").problemOf(t, http.StatusConflict, idemhttp.TypeWithdrawalClaimed)
+		assert.Equal(t, "k1", p["holder"])
+		assert.Empty(t, railSends(t, a.url), "no money moved")
+	})
+}
+
+// A rail unavailable before anything moved says so: the client gets the
+// not-sent problem, the claim is released, and a retry under the same key
+// sends.
+func TestRailUnavailable(t *testing.T) {
+	forEachStore(t, func(t *testing.T, db string) {
+		var f fates
+		r := newRail(0, 0, 0, 0, 0)
+		r.decide = f.decide
+		a := serve(t, db, r, 10*time.Second)
+		id := create(t, a, "")
+		f.set(id, unavailable)
+
+		res := do(t, "POST", a.url+"/withdrawals/"+id+"/submit", "-", "k1", "")
+		p := res.problemOf(t, http.StatusServiceUnavailable, idemhttp.TypeNotSent)
+		assert.Equal(t, "1", res.header.Get("Retry-After"))
+		assert.Contains(t, p["detail"], "moved nothing for this request")
+		assert.NotContains(t, string(res.body), "rail:", "the rail's error stays inside")
+
+		w := do(t, "GET", a.url+"/withdrawals/"+id, "-", "-", "").withdrawal(t)
+		assert.Equal(t, stateApproved, w.State, "nothing happened to it")
+		assert.Nil(t, w.ClaimedBy, "the claim is released")
+		assert.Empty(t, inFlight(t, a, ""), "nothing left for an operator")
+		assert.Empty(t, railSends(t, a.url))
+
+		f.set(id, answer)
+		res = do(t, "POST", a.url+"/withdrawals/"+id+"/submit", "-", "k1", "")
+		require.Equal(t, http.StatusCreated, res.status, "the retry sends: %s", res.body)
+		assert.Empty(t, res.header.Values("Idempotent-Replayed"))
+		assert.Equal(t, stateSent, res.withdrawal(t).State)
+		assert.Equal(t, map[string]int{id: 1}, railSends(t, a.url))
+	})
+}
+
+// Replays are routine: at the default level, Info, they log nothing.
+func TestReplaysAreQuiet(t *testing.T) {
+	var logs lockedBuffer
+	a := serveConfig(t, "", config{Rail: newRail(0, 0, 0, 0, 0), SendTimeout: 10 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	id := create(t, a, "")
+	for range 3 {
+		res := do(t, "POST", a.url+"/withdrawals/"+id+"/submit", "-", "k1", "")
+		require.Equal(t, http.StatusCreated, res.status, "%s", res.body)
+	}
+	assert.NotContains(t, logs.String(), "k1", "no line about the key")
+}

@@ -14,22 +14,50 @@
 //	                     and the withdrawals live in this process's memory
 //	-send-timeout        how long a send may take (default 10s); a send without
 //	                     an answer by then is a 502, its key left claimed
+//	-wait                how long a repeat of a key whose send is running waits
+//	                     for its outcome before answering (default 0: a 409 at
+//	                     once); an outcome in time is a 201, replayed
 //	-rail-latency        how long the fake rail takes to answer (default 0)
-//	-rail-fail           share of sends, 0 to 1, the rail refuses: no money moves
-//	-rail-timeout-share  share of sends, 0 to 1, that move money but never answer
+//	-rail-decline        share of sends, 0 to 1, the rail declines: no money
+//	                     moves, and the withdrawal is failed (an outcome: 201)
+//	-rail-unavailable    share of sends, 0 to 1, the rail is unavailable for and
+//	                     says so: no money moves, a 503, the key free again
+//	-rail-fail           share of sends, 0 to 1, the rail fails without saying
+//	                     whether money moved (none did): a 502, the key left
+//	                     claimed for an operator
+//	-rail-timeout-share  share of sends, 0 to 1, that move money but never
+//	                     answer: a 502 at -send-timeout, the key left claimed
+//
+// The four shares together are at most 1; the rest of the sends move the
+// money and answer. The fake rail deduplicates like most payment service
+// providers: on the ledger's rail key (submissions.RailKeyFromContext), a
+// function of the tenant and the withdrawal id. A send under a key the rail
+// has taken a transfer under (sent, failed, or never answered) gets that
+// transfer back and moves no money, so that even an operator's wrong release
+// of a withdrawal whose money moved cannot send it twice.
 //
 // With -database-url, payoutd creates the ledger's table (pgstore.Migrate) and
 // its own table of withdrawals, payoutd_withdrawals, in the connection's
-// current schema, if they do not exist: safe from every process at once.
+// current schema, if they do not exist, and adds the columns of a
+// withdrawal's state (state, tx, failure_reason) to a table made by an older
+// payoutd: safe from every process at once.
 // SIGINT or SIGTERM stops it gracefully: it stops accepting connections and
 // lets the requests in flight, and their sends, finish (for at most
 // -send-timeout and five seconds).
 //
 // # The HTTP API
 //
-// Bodies are JSON. Every error is an RFC 9457 problem, with the content type
-// application/problem+json and the fields type, title, status and detail
-// (and holder, below).
+// Bodies are JSON objects of at most 16 KiB (16384 bytes); a larger one is
+// a 413. Every error, 404 and 405 included, is an RFC 9457 problem, with the
+// content type application/problem+json and the fields type, title, status
+// and detail (and holder, below). The types are the ledger's
+// (urn:submissions:problem:..., see package idemhttp) and payoutd's own,
+// urn:payoutd:problem: followed by not-found (404: no such path, withdrawal
+// or claim in flight), method-not-allowed (405, with Allow),
+// malformed-request (400: a body that is not one JSON object, a bad query
+// parameter), body-too-large (413), invalid-outcome (422), outcome-conflict
+// and claim-changed (409), and horizon-too-recent (422). A detail names a
+// field by its JSON name.
 //
 // POST /withdrawals with {"amount": "25.00", "currency": "USDC",
 // "destination": "0xab..."} creates a withdrawal: 201 and {"id", "amount",
@@ -40,18 +68,25 @@
 //
 // POST /withdrawals/{id}/submit with an Idempotency-Key header sends the
 // withdrawal: 201 and the withdrawal with "state": "sent" and "tx", the
-// rail's reference. A repeat of the key gets the same status and body,
-// byte for byte, with Idempotent-Replayed: true, and sends nothing. Refused,
-// nothing sent:
+// rail's reference, or, when the rail declined it, "state": "failed" and
+// "failure_reason" (nothing moved; the withdrawal stays claimed by the key:
+// a new attempt is a new withdrawal). A repeat of the key gets the same
+// status and body, byte for byte, with Idempotent-Replayed: true, and sends
+// nothing. Refused, this request sending nothing:
 //
 //	400  Idempotency-Key missing or invalid
 //	404  no such withdrawal (or another tenant's)
 //	409  the key's send is still running, or ended without an answer (with
 //	     -wait d, a repeat first waits up to d for the running send's outcome:
-//	     201 replayed if it comes, 502 if the send ends without one)
+//	     201 replayed if it comes, 502 if the send ends without one, and a
+//	     send of its own if the key is released meanwhile)
 //	409  another key holds the withdrawal: "holder" names it; look it up
+//	410  the key's outcome was pruned: the key and its withdrawal stay
+//	     claimed for ever, and are never sent again
 //	422  the key was used for another withdrawal
 //	503  the store failed (Retry-After): retry with the same key
+//	503  the rail was unavailable and moved nothing (not-sent, Retry-After):
+//	     the key is free again, and a retry with the same key sends
 //
 // and 502 when the rail failed or did not answer in time: money may have
 // moved, and the key stays claimed (409 to every retry) until an operator
@@ -59,14 +94,19 @@
 //
 // GET /withdrawals/{id} returns the withdrawal with its state and
 // "claimed_by", the request key holding it or null. The state is "approved"
-// while no key holds it, "sent" (with "tx") once the holder key has an
-// outcome, and "in_flight" while the holder key has none: its send is
-// running, or ended without an answer and waits for an operator.
+// while no key holds it, "in_flight" while the holder key has no outcome (its
+// send is running, or ended without an answer and waits for an operator),
+// and the outcome's once it has one: "sent" (with "tx") or "failed" (with
+// "failure_reason"). payoutd keeps the outcome in its own store as well (in
+// memory, or in payoutd_withdrawals), so a withdrawal whose record the ledger
+// pruned still reads as it ended; "unknown" if the ledger pruned an outcome
+// payoutd never saw (one resolved around it and never read).
 //
 // GET /rail/sends returns {"<withdrawal id>": <count>, ...}: how many times
 // this process's fake rail moved money for each withdrawal, answered or not
-// (a refused send moves nothing). Several processes each count their own; a
-// client sums them.
+// (a declined, unavailable or failed send moves nothing, and neither does one
+// the rail deduplicated). Several processes each count their own; a client
+// sums them.
 //
 // GET /metrics serves Prometheus metrics: the ledger's decisions, the sends
 // running and how long sends took, as package examples/prommetrics names
@@ -77,10 +117,10 @@
 //
 // # Admin endpoints
 //
-// The operator's side, for the keys left in flight (see the README's
-// runbook). They are open to every client here; a real service must serve
-// them only behind real authentication of its operators. Their errors are
-// problems whose detail is the ledger's error.
+// The operator's side, for the keys left in flight and for retention (see
+// the README's runbook). They are open to every client here; a real service
+// must serve them only behind real authentication of its operators. Their
+// errors are problems whose detail is the ledger's error.
 //
 // GET /admin/inflight lists the keys in flight, oldest first, in every tenant:
 // 200 and [{"tenant", "key", "withdrawal_id", "amount", "currency",
@@ -88,26 +128,39 @@
 // older_than (a duration: the keys claimed at least that long ago), tenant
 // (that tenant's keys only; tenant= is the default tenant) and limit (1 to
 // 1000, default 100: the oldest ones). "sending" is true while this process
-// runs the key's send: leave those alone.
+// runs the key's send: leave those alone. A bad parameter is a 400.
 //
-// POST /admin/claims/{key}/resolve, in the X-Tenant header's tenant, with the
-// withdrawal as the rail shows it sent as the body, records it as the outcome
-// of the key's claim in flight: 200 and {"resolved": claim, "outcome":
-// withdrawal}; every retry of the key replays it. POST
-// /admin/claims/{key}/release drops the claim, the rail having affirmed that
-// nothing was sent: 200 and {"released": claim}; the withdrawal may be sent
-// again. Both act on the claim the listing shows, by its token, and with
-// ?token=N only if the key's claim is still that one: a key released and
-// claimed again meanwhile is a 409 and nothing changes. 404 when the key has
-// no claim in flight in the tenant; 409 when the outcome contradicts the
-// claim (another withdrawal) or the recorded one, or when this process is
-// sending the key (release).
+// POST /admin/claims/{key}/resolve, in the X-Tenant header's tenant, with
+// the withdrawal as the rail shows it as the body, records it as the outcome
+// of the key's claim in flight, and payoutd keeps it as the withdrawal's
+// state: 200 and {"resolved": claim, "outcome": withdrawal}; every retry of
+// the key replays it. The body is checked as a client's would be: its id,
+// amount, currency and destination valid (422 invalid-fingerprint), and its
+// state an outcome, "sent" with a "tx" or "failed" with a "failure_reason"
+// (422 invalid-outcome); an outcome of another withdrawal than the claim's
+// is a 409 outcome-conflict.
+//
+// POST /admin/claims/{key}/release drops the claim, the rail having affirmed
+// that the key's sends moved nothing: 200 and {"released": claim}; the
+// withdrawal may be sent again (the rail key stays the same, so a rail that
+// deduplicates answers a wrong release with the first transfer).
+//
+// Both act on the claim the listing shows, by its token, and with ?token=N
+// only if the key's claim is still that one: a key released and claimed
+// again meanwhile is a 409 claim-changed and nothing changes. 404 when the
+// key has no claim in flight in the tenant; 409 when the outcome contradicts
+// the claim or the recorded one (outcome-conflict), or when this process is
+// sending the key (release: key-in-flight).
 //
 // POST /admin/prune?before=T turns the records settled before T (RFC 3339,
 // or a duration ago such as 720h), in every tenant, into tombstones: 200 and
 // {"pruned": n, "before": T}. A pruned key or withdrawal is refused from
 // then on (410 to a submit of the pruned key, 409 with holder to another key
-// for its withdrawal), never sent again.
+// for its withdrawal), never sent again. T must be at least the minimum
+// retention, admin.DefaultMinRetention (24h), ago: a later T, or one in the
+// future, is a 422 horizon-too-recent that prunes nothing. force=true lowers
+// the minimum to none, for a T up to now, never in the future: a client
+// that retries a key settled since T then gets 410 instead of its outcome.
 //
 // # Tenants
 //
@@ -167,22 +220,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	sendTimeout := flags.Duration("send-timeout", 10*time.Second, "how long a send may take")
 	wait := flags.Duration("wait", 0, "how long a repeat of a key whose send runs waits for its outcome (then 201, replayed) before a 409; 0 answers 409 at once")
 	latency := flags.Duration("rail-latency", 0, "how long the fake rail takes to answer")
-	failShare := flags.Float64("rail-fail", 0, "`share` of sends (0 to 1) the fake rail refuses, moving no money")
+	declineShare := flags.Float64("rail-decline", 0, "`share` of sends (0 to 1) the fake rail declines, moving no money: the withdrawal is failed")
+	unavailableShare := flags.Float64("rail-unavailable", 0, "`share` of sends (0 to 1) the fake rail is unavailable for, moving no money and saying so: a 503, and a retry sends")
+	failShare := flags.Float64("rail-fail", 0, "`share` of sends (0 to 1) the fake rail fails, moving no money without saying so: a 502, the key left claimed")
 	timeoutShare := flags.Float64("rail-timeout-share", 0, "`share` of sends (0 to 1) that move money and never answer")
 	if err := flags.Parse(args); err != nil {
 		return err
 	}
+	least := min(*declineShare, *unavailableShare, *failShare, *timeoutShare)
+	total := *declineShare + *unavailableShare + *failShare + *timeoutShare
 	switch {
 	case flags.NArg() > 0:
 		return fmt.Errorf("unexpected argument %q", flags.Arg(0))
-	case *failShare < 0 || *timeoutShare < 0 || *failShare+*timeoutShare > 1:
-		return errors.New("-rail-fail and -rail-timeout-share must be shares from 0 to 1, together at most 1")
+	case !(least >= 0 && total <= 1): // NaN too
+		return errors.New("-rail-decline, -rail-unavailable, -rail-fail and -rail-timeout-share must be shares from 0 to 1, together at most 1")
 	case *sendTimeout <= 0:
 		return errors.New("-send-timeout must be positive")
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 
-	cfg := config{Rail: newRail(*latency, *failShare, *timeoutShare), SendTimeout: *sendTimeout, Wait: *wait, Logger: log}
+	cfg := config{Rail: newRail(*latency, *declineShare, *unavailableShare, *failShare, *timeoutShare), SendTimeout: *sendTimeout, Wait: *wait, Logger: log}
 	if *databaseURL != "" {
 		pool, err := connect(*databaseURL)
 		if err != nil {

@@ -93,6 +93,7 @@ func testPool(t *testing.T, db string) *pgxpool.Pool {
 type api struct {
 	url  string
 	rail *rail
+	srv  *server // nil for another process's
 }
 
 // serve starts a server on db ("" for memory) with rail, whose sends get
@@ -106,7 +107,12 @@ func serve(t *testing.T, db string, rail *rail, sendTimeout time.Duration) *api 
 // up to wait for its outcome.
 func serveWaiting(t *testing.T, db string, rail *rail, sendTimeout, wait time.Duration) *api {
 	t.Helper()
-	cfg := config{Rail: rail, SendTimeout: sendTimeout, Wait: wait, Logger: slog.New(slog.DiscardHandler)}
+	return serveConfig(t, db, config{Rail: rail, SendTimeout: sendTimeout, Wait: wait, Logger: slog.New(slog.DiscardHandler)})
+}
+
+// serveConfig is serve with a server made of cfg, on db.
+func serveConfig(t *testing.T, db string, cfg config) *api {
+	t.Helper()
 	if db != "" {
 		cfg.Pool = testPool(t, db)
 	}
@@ -116,7 +122,7 @@ func serveWaiting(t *testing.T, db string, rail *rail, sendTimeout, wait time.Du
 	require.NoError(t, err)
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close) // before the pool closes: cleanups run last first
-	return &api{url: ts.URL, rail: rail}
+	return &api{url: ts.URL, rail: cfg.Rail, srv: srv}
 }
 
 // fates is a rail's decision per withdrawal id, answer by default; safe for
@@ -156,6 +162,17 @@ func (r response) problem(t *testing.T) map[string]any {
 	var p map[string]any
 	require.NoError(t, json.Unmarshal(r.body, &p), "%s", r.body)
 	assert.EqualValues(t, r.status, p["status"], "status in the problem")
+	assert.Regexp(t, `^urn:(submissions|payoutd):problem:[a-z-]+$`, p["type"], "a type of ours")
+	return p
+}
+
+// problemOf checks that the response is a problem of status and type typ,
+// and returns it.
+func (r response) problemOf(t *testing.T, status int, typ string) map[string]any {
+	t.Helper()
+	require.Equal(t, status, r.status, "%s", r.body)
+	p := r.problem(t)
+	assert.Equal(t, typ, p["type"])
 	return p
 }
 

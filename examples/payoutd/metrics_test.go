@@ -13,7 +13,7 @@ import (
 func TestMetrics(t *testing.T) {
 	forEachStore(t, func(t *testing.T, db string) {
 		var f fates
-		r := newRail(0, 0, 0)
+		r := newRail(0, 0, 0, 0, 0)
 		r.decide = f.decide
 		a := serve(t, db, r, 10*time.Second)
 		before := metrics(t, a.url)
@@ -28,7 +28,7 @@ func TestMetrics(t *testing.T) {
 		res = do(t, "POST", a.url+"/withdrawals/"+id+"/submit", "acme", "k1", "")
 		require.Equal(t, http.StatusCreated, res.status, "%s", res.body)
 		refused := create(t, a, "acme")
-		f.set(refused, refuse)
+		f.set(refused, fail)
 		res = do(t, "POST", a.url+"/withdrawals/"+refused+"/submit", "acme", "k2", "")
 		require.Equal(t, http.StatusBadGateway, res.status, "%s", res.body)
 

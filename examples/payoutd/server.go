@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -27,6 +28,18 @@ const tenantHeader = "X-Tenant"
 
 // maxBody caps a request body: a withdrawal's fields fit many times over.
 const maxBody = 16 << 10
+
+// The types of payoutd's own problems; the ledger's errors are idemhttp's.
+const (
+	typeNotFound         = "urn:payoutd:problem:not-found"          // 404: no such route, withdrawal or claim in flight
+	typeMethodNotAllowed = "urn:payoutd:problem:method-not-allowed" // 405, with Allow
+	typeMalformed        = "urn:payoutd:problem:malformed-request"  // 400: a body that is not one JSON object, a bad query parameter
+	typeBodyTooLarge     = "urn:payoutd:problem:body-too-large"     // 413: a body over maxBody
+	typeInvalidOutcome   = "urn:payoutd:problem:invalid-outcome"    // 422: an operator's outcome in no outcome's state
+	typeOutcomeConflict  = "urn:payoutd:problem:outcome-conflict"   // 409: an operator's outcome for another withdrawal, or another outcome
+	typeClaimChanged     = "urn:payoutd:problem:claim-changed"      // 409: the claim an operator named is gone
+	typeHorizonTooRecent = "urn:payoutd:problem:horizon-too-recent" // 422: a prune horizon in the future or within the minimum retention
+)
 
 // config is what a server is made of.
 type config struct {
@@ -98,9 +111,31 @@ func newServer(ctx context.Context, cfg config) (*server, error) {
 	return s, nil
 }
 
+// ServeHTTP routes r. The mux's own answers, a 404 for a path it does not
+// serve and a 405 (with Allow) for a method it does not serve there, are
+// problems like every other error.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h, pattern := s.mux.Handler(r); pattern == "" {
+		miss := &routeMiss{header: http.Header{}}
+		h.ServeHTTP(miss, r)
+		if allow := miss.header.Values("Allow"); len(allow) > 0 {
+			w.Header()["Allow"] = allow
+			writeProblem(w, typeMethodNotAllowed, http.StatusMethodNotAllowed, fmt.Sprintf("%s is not served on %s.", r.Method, r.URL.Path))
+			return
+		}
+		writeProblem(w, typeNotFound, http.StatusNotFound, fmt.Sprintf("Nothing is served on %s.", r.URL.Path))
+		return
+	}
 	s.mux.ServeHTTP(w, r)
 }
+
+// routeMiss takes the mux's answer to a request it has no route for, for
+// ServeHTTP to keep its Allow field.
+type routeMiss struct{ header http.Header }
+
+func (m *routeMiss) Header() http.Header         { return m.header }
+func (m *routeMiss) Write(b []byte) (int, error) { return len(b), nil }
+func (m *routeMiss) WriteHeader(int)             {}
 
 // create handles POST /withdrawals: a new withdrawal, approved, with an id of
 // the server's.
@@ -119,8 +154,8 @@ func (s *server) create(w http.ResponseWriter, r *http.Request) {
 	}
 	wd := Withdrawal{ID: "wd_" + randomHex(16), Amount: in.Amount, Currency: in.Currency,
 		Destination: in.Destination, State: stateApproved}
-	if err := wd.Fingerprint().Validate(); err != nil {
-		writeErrorSaying(w, err) // "invalid fingerprint: Amount: not a positive decimal ..."
+	if err := validate(wd); err != nil {
+		writeErrorSaying(w, err) // "invalid fingerprint: amount: not a positive decimal ..."
 		return
 	}
 	if err := s.withdrawals.create(r.Context(), tenant, wd); err != nil {
@@ -152,11 +187,28 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 	// cut short, it would leave the key claimed without an answer.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.sendTimeout)
 	defer cancel()
-	_, err = idemhttp.SubmitWaiting(ctx, w, r, s.ledger.Tenant(tenant), http.StatusCreated, wd, s.rail.Send, s.wait)
-	if errors.Is(err, submissions.ErrOutcomeUnknown) || errors.Is(err, submissions.ErrOutcomeNotRecorded) {
+	out, err := idemhttp.SubmitWaiting(ctx, w, r, s.ledger.Tenant(tenant), http.StatusCreated, wd, s.rail.Send, s.wait)
+	switch {
+	case err == nil:
+		s.keep(ctx, tenant, wd, out)
+	case errors.Is(err, submissions.ErrOutcomeUnknown) || errors.Is(err, submissions.ErrOutcomeNotRecorded):
 		s.log.Error("money may have moved: look at the rail, then resolve or release the key",
 			slog.String("tenant", tenant), slog.String("key", key),
 			slog.String("withdrawal", wd.ID), slog.Any("error", err))
+	}
+}
+
+// keep stores the state of out, an outcome of tenant's withdrawal kept as
+// kept, unless kept has it already: GET answers from it once the ledger has
+// pruned the outcome. A failure is logged; the next request that finds the
+// outcome stores it.
+func (s *server) keep(ctx context.Context, tenant string, kept, out Withdrawal) {
+	if kept.State == out.State && kept.Tx == out.Tx && kept.FailureReason == out.FailureReason {
+		return
+	}
+	if err := s.withdrawals.update(ctx, tenant, out); err != nil {
+		s.log.Error("keep the state of a withdrawal", slog.String("tenant", tenant),
+			slog.String("withdrawal", out.ID), slog.Any("error", err))
 	}
 }
 
@@ -168,7 +220,8 @@ type withdrawalView struct {
 
 // get handles GET /withdrawals/{id}: the withdrawal, its state and the key
 // holding it. A key that holds it without an outcome is in flight: sending,
-// or left without an answer by the rail.
+// or left without an answer by the rail. The holder key's outcome comes from
+// the ledger, and once the ledger has pruned it, from payoutd's own store.
 func (s *server) get(w http.ResponseWriter, r *http.Request) {
 	tenant, ok := tenantOf(w, r)
 	if !ok {
@@ -186,14 +239,21 @@ func (s *server) get(w http.ResponseWriter, r *http.Request) {
 	}
 	view := withdrawalView{Withdrawal: wd}
 	if claimed {
-		view.ClaimedBy, view.State = &holder, stateInFlight
+		view.ClaimedBy = &holder
 		out, done, err := ledger.Outcome(r.Context(), holder)
-		if err != nil {
+		switch {
+		case errors.Is(err, submissions.ErrPruned):
+			if wd.State == stateApproved {
+				view.State = stateUnknown
+			}
+		case err != nil:
 			idemhttp.WriteError(w, err)
 			return
-		}
-		if done {
+		case done:
 			view.Withdrawal = out
+			s.keep(r.Context(), tenant, wd, out)
+		default:
+			view.State = stateInFlight
 		}
 	}
 	idemhttp.WriteJSON(w, http.StatusOK, view, false)
@@ -216,7 +276,7 @@ func (s *server) withdrawal(w http.ResponseWriter, r *http.Request, tenant strin
 		idemhttp.WriteError(w, err)
 		return Withdrawal{}, false
 	case !ok:
-		writeProblem(w, http.StatusNotFound, fmt.Sprintf("No withdrawal %q.", id))
+		writeProblem(w, typeNotFound, http.StatusNotFound, fmt.Sprintf("No withdrawal %q.", id))
 		return Withdrawal{}, false
 	}
 	return wd, true
@@ -254,23 +314,42 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	case err == nil:
 		return true
 	case errors.As(err, &tooLarge):
-		writeProblem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("The body is over %d bytes.", maxBody))
+		writeProblem(w, typeBodyTooLarge, http.StatusRequestEntityTooLarge, fmt.Sprintf("The body is over %d bytes.", maxBody))
 	case errors.As(err, &wrongType) && wrongType.Field != "":
 		writeErrorSaying(w, fmt.Errorf("%w: %s: not a JSON string", submissions.ErrInvalidFingerprint, wrongType.Field))
 	case errors.As(err, &wrongType):
-		writeProblem(w, http.StatusBadRequest, "Malformed JSON: a JSON object is expected.")
+		writeProblem(w, typeMalformed, http.StatusBadRequest, "Malformed JSON: a JSON object is expected.")
 	case errors.Is(err, io.EOF):
-		writeProblem(w, http.StatusBadRequest, "The body is empty: a JSON object is expected.")
+		writeProblem(w, typeMalformed, http.StatusBadRequest, "The body is empty: a JSON object is expected.")
 	default:
-		writeProblem(w, http.StatusBadRequest, "Malformed JSON: "+err.Error()+".")
+		writeProblem(w, typeMalformed, http.StatusBadRequest, "Malformed JSON: "+err.Error()+".")
 	}
 	return false
 }
 
-// writeProblem writes a problem of no type of its own (about:blank), titled
-// after its status.
-func writeProblem(w http.ResponseWriter, status int, detail string) {
-	idemhttp.WriteProblem(w, idemhttp.Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
+// jsonNames are the JSON names of the fingerprint's fields, by the Go names
+// the ledger's errors give them.
+var jsonNames = map[string]string{"WithdrawalID": "id", "Amount": "amount", "Currency": "currency", "Destination": "destination"}
+
+// validate returns nil if the ledger takes w's fingerprint, and otherwise
+// the ledger's error wrapping submissions.ErrInvalidFingerprint with the
+// field at fault under its JSON name.
+func validate(w Withdrawal) error {
+	err := w.Fingerprint().Validate()
+	if err == nil {
+		return nil
+	}
+	field, why, _ := strings.Cut(strings.TrimPrefix(err.Error(), submissions.ErrInvalidFingerprint.Error()+": "), ": ")
+	if name, ok := jsonNames[field]; ok {
+		return fmt.Errorf("%w: %s: %s", submissions.ErrInvalidFingerprint, name, why)
+	}
+	return err
+}
+
+// writeProblem writes a problem of payoutd's own type typ, titled after its
+// status.
+func writeProblem(w http.ResponseWriter, typ string, status int, detail string) {
+	idemhttp.WriteProblem(w, idemhttp.Problem{Type: typ, Title: http.StatusText(status), Status: status, Detail: detail})
 }
 
 // writeErrorSaying writes the problem of err, a refusal whose text is meant

@@ -12,22 +12,27 @@ import (
 	"github.com/idemledger/submissions"
 )
 
-// The states of a withdrawal, as GET /withdrawals/{id} reports them.
+// The states of a withdrawal, as GET /withdrawals/{id} reports them. Sent
+// and failed are outcomes of a send; the others are not.
 const (
 	stateApproved = "approved"  // created; no request key holds it
 	stateInFlight = "in_flight" // a key holds it and its outcome is not known
-	stateSent     = "sent"      // the holder key's outcome: the rail took it
+	stateSent     = "sent"      // the rail took it: Tx is its reference
+	stateFailed   = "failed"    // the rail declined it, moving nothing: FailureReason says why
+	stateUnknown  = "unknown"   // the ledger pruned the holder key's outcome before payoutd kept it
 )
 
 // Withdrawal is the service's withdrawal, the ledger's request and outcome.
-// Sending sets State and Tx, never the fingerprint's fields.
+// Sending sets State and Tx or FailureReason, never the fingerprint's
+// fields.
 type Withdrawal struct {
-	ID          string `json:"id"`
-	Amount      string `json:"amount"`
-	Currency    string `json:"currency"`
-	Destination string `json:"destination"`
-	State       string `json:"state"`
-	Tx          string `json:"tx,omitempty"` // the rail's reference, once sent
+	ID            string `json:"id"`
+	Amount        string `json:"amount"`
+	Currency      string `json:"currency"`
+	Destination   string `json:"destination"`
+	State         string `json:"state"`
+	Tx            string `json:"tx,omitempty"`             // the rail's reference, once sent
+	FailureReason string `json:"failure_reason,omitempty"` // why the rail declined it, once failed
 }
 
 // Fingerprint is what identifies the withdrawal to the ledger.
@@ -36,7 +41,8 @@ func (w Withdrawal) Fingerprint() submissions.Fingerprint {
 }
 
 // withdrawals keeps the withdrawals the service created, each owned by the
-// tenant that created it. Ids are global. An error of either method wraps
+// tenant that created it, and their state once a send ended, so that they
+// outlive the ledger's records. Ids are global. An error of any method wraps
 // submissions.ErrStoreFailed.
 type withdrawals interface {
 	// create stores w, approved, for tenant.
@@ -44,6 +50,9 @@ type withdrawals interface {
 	// get returns withdrawal id, with ok false when it does not exist or
 	// another tenant owns it.
 	get(ctx context.Context, tenant, id string) (w Withdrawal, ok bool, err error)
+	// update stores the state, Tx and FailureReason of w, tenant's
+	// withdrawal w.ID; another tenant's is left alone.
+	update(ctx context.Context, tenant string, w Withdrawal) error
 }
 
 // memWithdrawals keeps withdrawals in this process.
@@ -80,6 +89,16 @@ func (m *memWithdrawals) get(_ context.Context, tenant, id string) (Withdrawal, 
 	return o.w, true, nil
 }
 
+func (m *memWithdrawals) update(_ context.Context, tenant string, w Withdrawal) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if o, ok := m.byID[w.ID]; ok && o.tenant == tenant {
+		o.w.State, o.w.Tx, o.w.FailureReason = w.State, w.Tx, w.FailureReason
+		m.byID[w.ID] = o
+	}
+	return nil
+}
+
 // pgWithdrawals keeps withdrawals in PostgreSQL, in the table
 // payoutd_withdrawals of the connection's current schema, shared by every
 // payoutd process on the database.
@@ -87,8 +106,9 @@ type pgWithdrawals struct {
 	pool *pgxpool.Pool
 }
 
-// migrate creates the table unless it exists; safe from every process at
-// every start. Processes starting at once on one database would race in
+// migrate creates the table unless it exists, and adds the columns of a
+// send's end to a table made before them; safe from every process at every
+// start. Processes starting at once on one database would race in
 // CREATE TABLE IF NOT EXISTS (the loser fails on a catalog's unique index), so
 // it runs under a transaction-scoped advisory lock named after the schema and
 // table.
@@ -106,6 +126,13 @@ func (p *pgWithdrawals) migrate(ctx context.Context) error {
     destination text        NOT NULL,
     created_at  timestamptz NOT NULL DEFAULT now()
 )`)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `ALTER TABLE payoutd_withdrawals
+    ADD COLUMN IF NOT EXISTS state          text NOT NULL DEFAULT 'approved',
+    ADD COLUMN IF NOT EXISTS tx             text NOT NULL DEFAULT '',
+    ADD COLUMN IF NOT EXISTS failure_reason text NOT NULL DEFAULT ''`)
 		return err
 	})
 	if err != nil {
@@ -124,9 +151,9 @@ VALUES ($1, $2, $3, $4, $5)`, w.ID, tenant, w.Amount, w.Currency, w.Destination)
 }
 
 func (p *pgWithdrawals) get(ctx context.Context, tenant, id string) (Withdrawal, bool, error) {
-	w := Withdrawal{ID: id, State: stateApproved}
-	err := p.pool.QueryRow(ctx, `SELECT amount, currency, destination FROM payoutd_withdrawals
-WHERE id = $1 AND tenant = $2`, id, tenant).Scan(&w.Amount, &w.Currency, &w.Destination)
+	w := Withdrawal{ID: id}
+	err := p.pool.QueryRow(ctx, `SELECT amount, currency, destination, state, tx, failure_reason FROM payoutd_withdrawals
+WHERE id = $1 AND tenant = $2`, id, tenant).Scan(&w.Amount, &w.Currency, &w.Destination, &w.State, &w.Tx, &w.FailureReason)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return Withdrawal{}, false, nil
@@ -134,4 +161,13 @@ WHERE id = $1 AND tenant = $2`, id, tenant).Scan(&w.Amount, &w.Currency, &w.Dest
 		return Withdrawal{}, false, fmt.Errorf("%w: read withdrawal %s: %w", submissions.ErrStoreFailed, id, err)
 	}
 	return w, true, nil
+}
+
+func (p *pgWithdrawals) update(ctx context.Context, tenant string, w Withdrawal) error {
+	_, err := p.pool.Exec(ctx, `UPDATE payoutd_withdrawals SET state = $3, tx = $4, failure_reason = $5
+WHERE id = $1 AND tenant = $2`, w.ID, tenant, w.State, w.Tx, w.FailureReason)
+	if err != nil {
+		return fmt.Errorf("%w: update withdrawal %s: %w", submissions.ErrStoreFailed, w.ID, err)
+	}
+	return nil
 }
