@@ -118,4 +118,3 @@ func TestSubmitWaiting(t *testing.T) {
 type observerFunc func(observe.Event)
 
 func (f observerFunc) Observe(_ context.Context, e observe.Event) { f(e) }
-
