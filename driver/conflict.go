@@ -11,8 +11,8 @@ var (
 	// ErrIdempotencyConflict: the call contradicts what the ledger holds: a
 	// request key reused for another withdrawal, a withdrawal claimed by
 	// another key (a *ConflictError), an outcome other than the one recorded,
-	// or a Release of a key that has an outcome. Nothing was sent; retrying
-	// the same call gets the same answer.
+	// or a Release of a key that has an outcome. This call sent nothing (the
+	// holder may have); retrying it gets the same answer.
 	ErrIdempotencyConflict = errors.New("idempotency conflict")
 
 	// ErrPruned: the request key's record, or the record of the key that

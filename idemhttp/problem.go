@@ -57,7 +57,7 @@ var (
 	problemKeyPruned = Problem{Type: TypeKeyPruned, Title: "Request key pruned", Status: http.StatusGone,
 		Detail: "The request under this key was settled long ago, and its outcome is no longer kept. The key and its withdrawal stay claimed for ever: the withdrawal is never sent again, under this key or any other."}
 	problemNotSent = Problem{Type: TypeNotSent, Title: "Not sent", Status: http.StatusServiceUnavailable,
-		Detail: "The payment rail moved nothing for this request, and its claim was released. Retry the same request, under the same key: it may send again."}
+		Detail: "The payment rail moved nothing for this request. Retry the same request, under the same key: it sends again, or gets the outcome an operator recorded meanwhile. Never retry under a new key."}
 	problemOutcomeUnknown = Problem{Type: TypeOutcomeUnknown, Title: "Outcome unknown", Status: http.StatusBadGateway,
 		Detail: "The payment rail gave no answer: the money may have moved. The request key stays claimed until an operator looks at the rail, then resolves or releases it. Do not retry under a new key."}
 	problemOutcomeNotRecorded = Problem{Type: TypeOutcomeNotRecorded, Title: "Outcome not recorded", Status: http.StatusBadGateway,

@@ -26,10 +26,11 @@ func Submit[R submissions.Fingerprinter](ctx context.Context, w http.ResponseWri
 // An outcome that comes in time is written as a replay: status, the same
 // body, Idempotent-Replayed: true, and returned with a nil error. A send
 // that ends without an outcome is the problem of ErrOutcomeUnknown (502),
-// returned. A key released meanwhile (its send moved nothing, or an
-// operator released it) is submitted again, once, as a retry would be.
-// Otherwise (the wait ran out) it writes and returns ErrSubmissionInFlight's
-// problem (409), as Submit does. A wait of 0 or less is Submit.
+// returned. Otherwise (the wait ran out, or the key was released: its send
+// moved nothing, or an operator released it) it writes and returns
+// ErrSubmissionInFlight's problem (409, Retry-After), as Submit does: the
+// client's retry, with a send's full time, sends if the key is free. A wait
+// of 0 or less is Submit.
 func SubmitWaiting[R submissions.Fingerprinter](ctx context.Context, w http.ResponseWriter, r *http.Request,
 	ledger *submissions.Submissions[R], status int, req R, send func(context.Context, R) (R, error), wait time.Duration) (R, error) {
 	key, err := Key(r.Header)
@@ -48,8 +49,6 @@ func SubmitWaiting[R submissions.Fingerprinter](ctx context.Context, w http.Resp
 			out, replayed, err = waited, true, nil
 		case errors.Is(werr, submissions.ErrOutcomeUnknown):
 			err = werr
-		case errors.Is(werr, submissions.ErrUnknownKey):
-			out, replayed, err = ledger.SubmitOrReplay(ctx, key, req, send)
 		}
 	}
 	if err != nil {

@@ -76,7 +76,7 @@ func TestSubmitWaiting(t *testing.T) {
 		assert.Equal(t, http.StatusBadGateway, <-second)
 	})
 
-	t.Run("a key released while it waits is submitted again", func(t *testing.T) {
+	t.Run("a key released while it waits is a 409, and the retry sends", func(t *testing.T) {
 		waits := make(chan struct{}, 1)
 		ledger := submissions.New[withdrawal](submissions.WithObserver(observerFunc(func(e observe.Event) {
 			if e.Kind == observe.EventInFlight {
@@ -91,13 +91,15 @@ func TestSubmitWaiting(t *testing.T) {
 		second := make(chan []any, 1)
 		go func() {
 			rec := post(t, h, "key-1", newWithdrawal("wd-1"))
-			second <- []any{rec.Code, rec.Header().Get("Idempotent-Replayed")}
+			second <- []any{rec.Code, rec.Header().Get("Retry-After")}
 		}()
 		<-waits
 		r.send = sent // the rail is back for the next send
 		close(finish)
 		assert.Equal(t, http.StatusServiceUnavailable, <-first, "the send that moved nothing")
-		assert.Equal(t, []any{http.StatusCreated, ""}, <-second, "the waiting request sent")
+		assert.Equal(t, []any{http.StatusConflict, idemhttp.RetryAfter}, <-second, "the waiting request, its wait ended by the release")
+		assert.EqualValues(t, 1, r.calls.Load(), "the waiting request sent nothing")
+		assert.Equal(t, http.StatusCreated, post(t, h, "key-1", newWithdrawal("wd-1")).Code, "the retry sends")
 		assert.EqualValues(t, 2, r.calls.Load())
 	})
 

@@ -48,7 +48,7 @@ const (
 	EventResolved                            // an outcome was recorded by Resolve or an operator
 	EventReleased                            // a key in flight was released
 	EventPruned                              // a settled record was pruned
-	EventNotSent                             // send said it moved nothing, and its claim was released (unless closed meanwhile)
+	EventNotSent                             // send said it moved nothing: its claim was released, unless closed meanwhile or the store failed (Err says)
 )
 
 var eventNames = [...]string{

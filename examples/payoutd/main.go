@@ -34,7 +34,10 @@
 // function of the tenant and the withdrawal id. A send under a key the rail
 // has taken a transfer under (sent, failed, or never answered) gets that
 // transfer back and moves no money, so that even an operator's wrong release
-// of a withdrawal whose money moved cannot send it twice.
+// of a withdrawal whose money moved cannot send it twice. Each process has a
+// fake rail of its own, which knows only its own transfers: behind several
+// processes, a retry that lands on another one moves the money again (a real
+// rail is one, shared by all).
 //
 // With -database-url, payoutd creates the ledger's table (pgstore.Migrate) and
 // its own table of withdrawals, payoutd_withdrawals, in the connection's
@@ -78,8 +81,8 @@
 //	404  no such withdrawal (or another tenant's)
 //	409  the key's send is still running, or ended without an answer (with
 //	     -wait d, a repeat first waits up to d for the running send's outcome:
-//	     201 replayed if it comes, 502 if the send ends without one, and a
-//	     send of its own if the key is released meanwhile)
+//	     201 replayed if it comes, 502 if the send ends without one; a key
+//	     released meanwhile is a 409 too, and the retry sends)
 //	409  another key holds the withdrawal: "holder" names it; look it up
 //	410  the key's outcome was pruned: the key and its withdrawal stay
 //	     claimed for ever, and are never sent again

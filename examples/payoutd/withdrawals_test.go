@@ -39,5 +39,7 @@ VALUES ($1, '', '25.00', 'USDC', '0xdest')`, id)
 	sent := res.withdrawal(t).Withdrawal
 	res = do(t, "POST", a.url+"/admin/prune?force=true&before="+url.QueryEscape(time.Now().UTC().Format(time.RFC3339Nano)), "-", "-", "")
 	require.Equal(t, http.StatusOK, res.status, "%s", res.body)
-	assert.Equal(t, sent, do(t, "GET", a.url+"/withdrawals/"+id, "-", "-", "").withdrawal(t).Withdrawal)
+	require.Contains(t, string(res.body), `"pruned":1`, "the ledger's record is gone")
+	assert.Equal(t, http.StatusGone, do(t, "POST", a.url+"/withdrawals/"+id+"/submit", "-", "k1", "").status, "a retry of the pruned key")
+	assert.Equal(t, sent, do(t, "GET", a.url+"/withdrawals/"+id, "-", "-", "").withdrawal(t).Withdrawal, "GET, from payoutd's own store")
 }

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"reflect"
@@ -125,7 +126,7 @@ var logged = [...]struct {
 	msg   string
 }{
 	observe.EventReplayed:       {slog.LevelDebug, "submission replayed"},
-	observe.EventNotSent:        {slog.LevelInfo, "not sent, claim released"},
+	observe.EventNotSent:        {slog.LevelInfo, "send moved nothing"},
 	observe.EventResolved:       {slog.LevelInfo, "submission resolved"},
 	observe.EventReleased:       {slog.LevelInfo, "submission released"},
 	observe.EventOutcomeUnknown: {slog.LevelWarn, "outcome unknown"},
@@ -145,6 +146,9 @@ func (l *Ledger[R]) report(ctx context.Context, tenant string, kind observe.Even
 		return
 	}
 	level := logged[kind].level
+	if kind == observe.EventNotSent && errors.Is(err, ErrStoreFailed) { // its claim stands, in flight
+		level = slog.LevelWarn
+	}
 	lg := l.log
 	if lg == nil {
 		lg = slog.Default()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -44,7 +45,11 @@ func TestRailKeyFromContextFindsTheSendsThroughDerivedContexts(t *testing.T) {
 	}
 	assert.Equal(t, "v", child.Value(other{}), "other values pass through")
 	cancel()
-	<-child.Done() // the parent's cancellation reaches a context derived from the send's
+	select { // the parent's cancellation reaches a context derived from the send's
+	case <-child.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a context derived from the send's was not cancelled with its parent")
+	}
 	_, ok := RailKeyFromContext(parent)
 	assert.False(t, ok)
 }

@@ -88,7 +88,6 @@ func (l *Ledger[R]) submit(ctx context.Context, tenant, key string, req R, read 
 // with the answer recorded, or with none, the key left claimed.
 func (l *Ledger[R]) sendAndRecord(ctx context.Context, tenant, key string, snd driver.Send[R], fp, given *driver.Fingerprint, req R,
 	send func(ctx context.Context, req R) (R, error)) (R, error) {
-	var zero R
 	var start time.Time // when send started, timed for an observer only
 	took := func() time.Duration {
 		if l.observer == nil {
@@ -120,18 +119,18 @@ func (l *Ledger[R]) sendAndRecord(ctx context.Context, tenant, key string, snd d
 	if err == nil && l.nilable && isNil(out) {
 		err = errNilAnswer
 	}
-	if errors.Is(err, ErrNotSent) {
-		under = "the store panicked while releasing a claim its send moved nothing under"
-		err = l.notSent(ctx, tenant, key, snd, fp, took(), err)
-		ended = true
-		return zero, err
-	}
 	if err != nil {
+		kind := observe.EventOutcomeUnknown
+		if errors.Is(err, ErrNotSent) {
+			under = "the store panicked while releasing a claim its send moved nothing under"
+			kind, err = observe.EventNotSent, l.notSent(ctx, key, snd, err)
+		} else {
+			l.abandon(ctx, snd)
+			err = fmt.Errorf("%w: request key %s: %w", ErrOutcomeUnknown, key, err)
+		}
 		ended = true
-		l.abandon(ctx, snd)
-		err = fmt.Errorf("%w: request key %s: %w", ErrOutcomeUnknown, key, err)
-		l.report(ctx, tenant, observe.EventOutcomeUnknown, key, fp.WithdrawalID, took(), err)
-		return zero, err
+		l.report(ctx, tenant, kind, key, fp.WithdrawalID, took(), err)
+		return *new(R), err
 	}
 
 	// An answer: it is recorded only if it is for the request's withdrawal
@@ -150,8 +149,6 @@ func (l *Ledger[R]) sendAndRecord(ctx context.Context, tenant, key string, snd d
 	case cerr != nil:
 		why = fmt.Errorf("context ended while send ran: %w", cerr)
 	}
-	var rec driver.Record[R]
-	var settled bool
 	if why != nil {
 		ended = true
 		l.abandon(ctx, snd)
@@ -160,31 +157,16 @@ func (l *Ledger[R]) sendAndRecord(ctx context.Context, tenant, key string, snd d
 		// not: the claim is abandoned, which marks it only if it is still
 		// in flight.
 		under = "the store panicked while recording the answer"
-		rec, settled, err = snd.Settle(ctx, out)
+		rec, settled, err := snd.Settle(ctx, out)
 		ended = true
+		if err == nil && settled {
+			l.report(ctx, tenant, observe.EventSent, key, fp.WithdrawalID, took(), nil)
+			return out, nil
+		}
 		if err != nil {
 			l.abandon(ctx, snd)
 		}
-	}
-	switch {
-	case why != nil:
-	case err != nil:
-		why = fmt.Errorf("the store failed, and the answer may or may not stand: %w", err)
-	case settled:
-		l.report(ctx, tenant, observe.EventSent, key, fp.WithdrawalID, took(), nil)
-		return out, nil
-	case rec.Pruned:
-		why = errors.New("resolved and pruned while send ran")
-	case !rec.Done:
-		why = errors.New("released while send ran")
-	default: // resolved while send ran
-		same, serr := sameOutcome(rec.Outcome, out)
-		switch {
-		case serr != nil:
-			why = fmt.Errorf("resolved while send ran, with an outcome that cannot be compared: %w", serr)
-		case !same:
-			why = errors.New("resolved with another outcome while send ran")
-		default:
+		if why = unsettled(&rec, err, out); why == nil { // resolved meanwhile with the same outcome
 			l.report(ctx, tenant, observe.EventSent, key, fp.WithdrawalID, took(), nil)
 			return out, nil
 		}
@@ -194,12 +176,34 @@ func (l *Ledger[R]) sendAndRecord(ctx context.Context, tenant, key string, snd d
 	return out, err
 }
 
+// unsettled says why out, an answer that Settle did not record (its error
+// err, or rec, the claim's record then), is not the key's outcome, or
+// returns nil when it is all the same: the claim was resolved meanwhile with
+// the same outcome.
+func unsettled[R any](rec *driver.Record[R], err error, out R) error {
+	switch {
+	case err != nil:
+		return fmt.Errorf("the store failed, and the answer may or may not stand: %w", err)
+	case rec.Pruned:
+		return errors.New("resolved and pruned while send ran")
+	case !rec.Done:
+		return errors.New("released while send ran")
+	}
+	switch same, err := sameOutcome(rec.Outcome, out); { // resolved while send ran
+	case err != nil:
+		return fmt.Errorf("resolved while send ran, with an outcome that cannot be compared: %w", err)
+	case !same:
+		return errors.New("resolved with another outcome while send ran")
+	}
+	return nil
+}
+
 // notSent ends snd, whose send said that it moved nothing (cause wraps
 // ErrNotSent), by releasing its claim, and returns the error for Submit:
-// cause, or ErrStoreFailed when the store failed to release the claim,
-// which is then abandoned. A claim closed otherwise while send ran is left as
-// it is.
-func (l *Ledger[R]) notSent(ctx context.Context, tenant, key string, snd driver.Send[R], fp *driver.Fingerprint, took time.Duration, cause error) error {
+// cause, saying what became of the claim, or ErrStoreFailed when the store
+// failed to release it (the claim is then abandoned). A claim closed
+// otherwise while send ran is left as it is.
+func (l *Ledger[R]) notSent(ctx context.Context, key string, snd driver.Send[R], cause error) error {
 	// The rail has spoken: the release is made even when ctx has ended.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
 	defer cancel()
@@ -207,20 +211,15 @@ func (l *Ledger[R]) notSent(ctx context.Context, tenant, key string, snd driver.
 	switch {
 	case err != nil:
 		l.abandon(ctx, snd)
-		err = fmt.Errorf("%w: request key %s: send moved nothing (%v), and its claim could not be released: %w", ErrStoreFailed, key, cause, err)
-		l.report(ctx, tenant, observe.EventOutcomeUnknown, key, fp.WithdrawalID, took, err)
-		return err
+		return fmt.Errorf("%w: request key %s: send moved nothing (%v), and its claim could not be released: %w", ErrStoreFailed, key, cause, err)
 	case released:
-		err = fmt.Errorf("request key %s: claim released: %w", key, cause)
+		return fmt.Errorf("request key %s: claim released: %w", key, cause)
 	case rec.Pruned:
-		err = fmt.Errorf("request key %s: resolved and pruned while send ran: %w", key, cause)
+		return fmt.Errorf("request key %s: resolved and pruned while send ran: %w", key, cause)
 	case rec.Done:
-		err = fmt.Errorf("request key %s: resolved while send ran: %w", key, cause)
-	default:
-		err = fmt.Errorf("request key %s: released while send ran: %w", key, cause)
+		return fmt.Errorf("request key %s: resolved while send ran: %w", key, cause)
 	}
-	l.report(ctx, tenant, observe.EventNotSent, key, fp.WithdrawalID, took, err)
-	return err
+	return fmt.Errorf("request key %s: released while send ran: %w", key, cause)
 }
 
 // errNilAnswer is the error of a send that answered with a nil pointer.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -104,11 +105,13 @@ func testNotSentLeavesANewClaimMadeMeanwhile(t *testing.T, newStore Factory) {
 }
 
 // testNotSentRacingReleasesAndResolvesSendsOnce races clients whose rail
-// often says nothing moved with operators who release the key (through the
-// ledger that sends, which refuses while a send runs) and resolve it (through
-// another instance): the rail never runs two sends of the withdrawal at once,
-// and moves its money at most once.
+// often says nothing moved, or fails having moved nothing (the key left in
+// flight), with operators who release the key (through the ledger that
+// sends, which refuses while a send runs) and resolve it (through another
+// instance): the rail never runs two sends of the withdrawal at once, and
+// moves its money at most once.
 func testNotSentRacingReleasesAndResolvesSendsOnce(t *testing.T, newStore Factory) {
+	var released atomic.Int64 // operators' releases that freed a claim, over all rounds
 	for round := range 20 {
 		f := setUp(t, newStore)
 		other := f.elsewhere()
@@ -119,8 +122,11 @@ func testNotSentRacingReleasesAndResolvesSendsOnce(t *testing.T, newStore Factor
 				overlaps.Add(1)
 			}
 			defer running.Add(-1)
-			if rand.IntN(3) > 0 {
+			switch rand.IntN(4) {
+			case 0, 1:
 				return Withdrawal{}, errBusy
+			case 2:
+				return Withdrawal{}, errRail // and it moved nothing: an operator may release it
 			}
 			moved.Add(1)
 			return w.sent("0xtx-" + w.ID), nil
@@ -139,7 +145,9 @@ func testNotSentRacingReleasesAndResolvesSendsOnce(t *testing.T, newStore Factor
 					case i < clients:
 						_, err = f.s.Submit(bg, key, w, send)
 					case i%2 == 0:
-						err = f.s.Release(bg, key)
+						if holder, ok, _ := f.s.ClaimedBy(bg, w.ID); ok {
+							err = f.s.Release(bg, holder)
+						}
 					case j == 3+i%4:
 						err = other.Resolve(bg, key, w.sent("0xtx-operator"))
 					}
@@ -155,15 +163,24 @@ func testNotSentRacingReleasesAndResolvesSendsOnce(t *testing.T, newStore Factor
 		for err := range errs {
 			t.Errorf("round %d: %v", round, err)
 		}
+		for _, key := range []string{"req-0", "req-1"} {
+			for _, e := range f.logs.at(slog.LevelInfo, key, w.ID) {
+				if e.msg == "submission released" {
+					released.Add(1)
+				}
+			}
+		}
 		require.Zero(t, overlaps.Load(), "round %d: sends of the withdrawal that ran at once", round)
 		require.LessOrEqual(t, moved.Load(), int64(1), "round %d: sends that moved the money", round)
 	}
+	require.NotZero(t, released.Load(), "operators' releases that freed a claim")
 }
 
 // refusedOrNotSent reports whether err is one a racer of
 // testNotSentRacingReleasesAndResolvesSendsOnce may get.
 func refusedOrNotSent(err error) bool {
-	for _, ok := range []error{submissions.ErrNotSent, submissions.ErrSubmissionInFlight, submissions.ErrIdempotencyConflict, submissions.ErrOutcomeNotRecorded} {
+	for _, ok := range []error{submissions.ErrNotSent, submissions.ErrSubmissionInFlight, submissions.ErrIdempotencyConflict,
+		submissions.ErrOutcomeNotRecorded, submissions.ErrOutcomeUnknown} {
 		if errors.Is(err, ok) {
 			return true
 		}
