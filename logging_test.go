@@ -69,4 +69,3 @@ func TestASendThatMovedNothingAndCouldNotReleaseWarns(t *testing.T) {
 	_, err = s.Submit(bg, "req-1", newWithdrawal("w-1"), nil)
 	require.ErrorIs(t, err, submissions.ErrSubmissionInFlight, "the claim stands")
 }
-
