@@ -126,8 +126,10 @@ func BenchmarkSubmitReplay(b *testing.B) {
 
 // floor is the least a fresh submit must do in this design: lock, check both
 // maps, read the clock for the claim's time (by which the keys in flight are
-// listed), insert both, unlock; call send; lock, store the outcome, unlock. A
-// replay's floor is a locked map lookup. It validates nothing and logs nothing.
+// listed), insert both, unlock; call send in a context that carries the
+// withdrawal (send finds its rail key there: one allocation); lock, store the
+// outcome, unlock. A replay's floor is a locked map lookup. It validates
+// nothing and logs nothing.
 type floor struct {
 	mu      sync.Mutex
 	records map[string]*floorRecord
@@ -140,6 +142,13 @@ type floorRecord struct {
 	out  withdrawal
 	at   int64 // when claimed, then when done
 	done bool
+}
+
+// floorCtx is the context the floor's send runs in: its caller's, and the
+// withdrawal being sent.
+type floorCtx struct {
+	context.Context
+	withdrawalID string
 }
 
 var errTaken = errors.New("taken")
@@ -162,7 +171,7 @@ func (f *floor) submit(ctx context.Context, key string, req withdrawal,
 	f.records[key] = r
 	f.claims[fp.WithdrawalID] = key
 	f.mu.Unlock()
-	out, err := send(ctx, req)
+	out, err := send(&floorCtx{ctx, fp.WithdrawalID}, req)
 	if err != nil {
 		return withdrawal{}, err
 	}
