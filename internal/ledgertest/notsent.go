@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -133,26 +134,47 @@ func testNotSentRacingReleasesAndResolvesSendsOnce(t *testing.T, newStore Factor
 		}
 		const clients, operators = 8, 4
 		var wg sync.WaitGroup
-		errs := make(chan error, clients*8+operators*8)
+		var clientsLeft atomic.Int64
+		clientsLeft.Store(clients)
+		errs := make(chan error, 1024)
+		report := func(who string, err error) {
+			if err != nil && !refusedOrNotSent(err) {
+				select {
+				case errs <- fmt.Errorf("%s: %w", who, err):
+				default:
+				}
+			}
+		}
 		start := make(chan struct{})
 		for i := range clients + operators {
 			wg.Go(func() {
 				<-start
-				for j := range 8 {
-					key := fmt.Sprint("req-", j%2)
-					var err error
-					switch {
-					case i < clients:
-						_, err = f.s.Submit(bg, key, w, send)
-					case i%2 == 0:
-						if holder, ok, _ := f.s.ClaimedBy(bg, w.ID); ok {
-							err = f.s.Release(bg, holder)
+				switch {
+				case i < clients: // submits until the withdrawal has an outcome
+					defer clientsLeft.Add(-1)
+					for j := 0; !done(f.s, w.ID); j++ {
+						if j == 100000 {
+							report("client", fmt.Errorf("%d: %w", i, errStalled))
+							return
 						}
-					case j == 3+i%4:
-						err = other.Resolve(bg, key, w.sent("0xtx-operator"))
+						_, err := f.s.Submit(bg, fmt.Sprint("req-", j%2), w, send)
+						report(fmt.Sprint("client ", i), err)
+						runtime.Gosched()
 					}
-					if err != nil && !refusedOrNotSent(err) {
-						errs <- fmt.Errorf("%d/%d: %w", i, j, err)
+				case i%2 == 0: // releases the claim, whoever holds it, while the clients run
+					for clientsLeft.Load() > 0 {
+						if holder, ok, _ := f.s.ClaimedBy(bg, w.ID); ok {
+							report("releaser", f.s.Release(bg, holder))
+						}
+						runtime.Gosched()
+					}
+				default: // resolves a key once, at some moment while the clients run
+					for clientsLeft.Load() > 0 {
+						if rand.IntN(64) == 0 {
+							report("resolver", other.Resolve(bg, fmt.Sprint("req-", i%2), w.sent("0xtx-operator")))
+							return
+						}
+						runtime.Gosched()
 					}
 				}
 			})
@@ -174,6 +196,19 @@ func testNotSentRacingReleasesAndResolvesSendsOnce(t *testing.T, newStore Factor
 		require.LessOrEqual(t, moved.Load(), int64(1), "round %d: sends that moved the money", round)
 	}
 	require.NotZero(t, released.Load(), "operators' releases that freed a claim")
+}
+
+// errStalled is the error of a racer that made no progress.
+var errStalled = errors.New("no outcome after 100,000 submits")
+
+// done reports whether the withdrawal id has an outcome in s.
+func done(s *submissions.Submissions[Withdrawal], id string) bool {
+	holder, ok, _ := s.ClaimedBy(bg, id)
+	if !ok {
+		return false
+	}
+	_, ok, _ = s.Outcome(bg, holder)
+	return ok
 }
 
 // refusedOrNotSent reports whether err is one a racer of
