@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -36,7 +37,9 @@ var callerCounts = []int{1, 8, 64}
 // floorSQL is the least a claim, an outcome and a replay cost on the schema:
 // a claim returns its token, and the outcome is written on that claim. Every
 // statement names the tenant, as the store's do; the benchmarks work in the
-// default tenant, floorTenant.
+// default tenant, floorTenant. The floor does the ledger's job with no more:
+// it encodes the outcome it writes and decodes the one it reads, with
+// encoding/json as the store does by default.
 type floorSQL struct{ insert, update, selectRow string }
 
 const floorTenant = ""
@@ -157,7 +160,11 @@ func BenchmarkPostgresFresh(b *testing.B) {
 				if err := pool.QueryRow(bg, floor.insert, floorTenant, key, x.ID, x.Amount, x.Currency, x.Dest).Scan(&token); err != nil {
 					return err
 				}
-				_, err := pool.Exec(bg, floor.update, floorTenant, key, token, []byte(`{"ID":"`+x.ID+`","State":"sent","TxHash":"0xtx"}`))
+				outcome, err := json.Marshal(sent(x, "0xtx"))
+				if err != nil {
+					return err
+				}
+				_, err = pool.Exec(bg, floor.update, floorTenant, key, token, outcome)
 				return err
 			})
 		})
@@ -178,7 +185,9 @@ func BenchmarkPostgresReplay(b *testing.B) {
 				key, x = benchWithdrawal("F", g, 0)
 				var token int64
 				require.NoError(b, pool.QueryRow(bg, floor.insert, floorTenant, key, x.ID, x.Amount, x.Currency, x.Dest).Scan(&token))
-				_, err = pool.Exec(bg, floor.update, floorTenant, key, token, []byte(`{"ID":"`+x.ID+`","State":"sent","TxHash":"0xtx"}`))
+				outcome, err := json.Marshal(sent(x, "0xtx"))
+				require.NoError(b, err)
+				_, err = pool.Exec(bg, floor.update, floorTenant, key, token, outcome)
 				require.NoError(b, err)
 			}
 			turns(b, callers, nil, func(worker, _ int) error {
@@ -189,9 +198,92 @@ func BenchmarkPostgresReplay(b *testing.B) {
 				key, _ := benchWithdrawal("F", worker, 0)
 				var id, amount, currency, dest string
 				var outcome []byte
-				return pool.QueryRow(bg, floor.selectRow, floorTenant, key).Scan(&id, &amount, &currency, &dest, &outcome)
+				if err := pool.QueryRow(bg, floor.selectRow, floorTenant, key).Scan(&id, &amount, &currency, &dest, &outcome); err != nil {
+					return err
+				}
+				var x w
+				return json.Unmarshal(outcome, &x)
 			})
 		})
+	}
+}
+
+// BenchmarkPostgresGroupingAlone: what grouping costs a lone caller: fresh
+// submits of one caller through a ledger whose Store groups claims and
+// settles (the default), beside one whose Store does not (the "floor"), on
+// one table, in turns.
+func BenchmarkPostgresGroupingAlone(b *testing.B) {
+	pool := testPool(b, 3)
+	table := testTable(b, pool)
+	grouped, err := New[w](pool, WithTable(table))
+	require.NoError(b, err)
+	require.NoError(b, grouped.Migrate(bg))
+	alone, err := New[w](pool, WithTable(table), WithoutGrouping())
+	require.NoError(b, err)
+	send := func(_ context.Context, x w) (w, error) { return sent(x, "0xtx"), nil }
+	ledger := func(st *Store[w], side string) func(worker, n int) error {
+		l := submissions.NewWithStore[w](st, submissions.WithLogger(quiet))
+		return func(worker, n int) error {
+			key, x := benchWithdrawal(side, worker, n)
+			_, err := l.Submit(bg, key, x, send)
+			return err
+		}
+	}
+	turns(b, 1, nil, ledger(grouped, "G"), ledger(alone, "A"))
+}
+
+// BenchmarkPostgresWAL: the WAL bytes a Store's claim and settle write,
+// each alone, beside the floor's INSERT and UPDATE of the same rows, in
+// turns of perTurn of each.
+func BenchmarkPostgresWAL(b *testing.B) {
+	_, pool, floor := benchStores(b, 1)
+	st, err := New[w](pool, WithTable(testTable(b, pool)))
+	require.NoError(b, err)
+	require.NoError(b, st.Migrate(bg))
+	const perTurn = 100
+	var wal [4]int64 // claim, settle, floor insert, floor update
+	turn := 0
+	for b.Loop() {
+		var tokens [perTurn]driver.Token
+		var floorTokens [perTurn]int64
+		steps := [4]func(i int) error{
+			func(i int) error {
+				key, x := benchWithdrawal("L", turn, i)
+				rec, _, err := st.Claim(bg, floorTenant, key, x.Fingerprint(), nil)
+				tokens[i] = rec.Token
+				return err
+			},
+			func(i int) error {
+				key, x := benchWithdrawal("L", turn, i)
+				_, _, err := st.Settle(bg, floorTenant, key, tokens[i], sent(x, "0xtx"))
+				return err
+			},
+			func(i int) error {
+				key, x := benchWithdrawal("F", turn, i)
+				return pool.QueryRow(bg, floor.insert, floorTenant, key, x.ID, x.Amount, x.Currency, x.Dest).Scan(&floorTokens[i])
+			},
+			func(i int) error {
+				key, x := benchWithdrawal("F", turn, i)
+				outcome, err := json.Marshal(sent(x, "0xtx"))
+				if err == nil {
+					_, err = pool.Exec(bg, floor.update, floorTenant, key, floorTokens[i], outcome)
+				}
+				return err
+			},
+		}
+		for k, step := range steps {
+			at := walAt(b, pool)
+			for i := range perTurn {
+				require.NoError(b, step(i))
+			}
+			wal[k] += walBetween(b, pool, at, walAt(b, pool))
+		}
+		turn++
+	}
+	n := float64(turn * perTurn)
+	b.ReportMetric(0, "ns/op")
+	for k, unit := range []string{"claim-WAL-B", "settle-WAL-B", "floor-insert-WAL-B", "floor-update-WAL-B"} {
+		b.ReportMetric(float64(wal[k])/n, unit)
 	}
 }
 

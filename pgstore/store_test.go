@@ -212,6 +212,16 @@ func TestConformance(t *testing.T) {
 			return st, twin
 		})
 	})
+	t.Run("store/alone", func(t *testing.T) { // every claim and settle a statement of its own
+		other := testPool(t, 32)
+		storetest.Run(t, func(t *testing.T) (a, b driver.Store[storetest.Withdrawal]) {
+			st := newTestStore[storetest.Withdrawal](t, pool)
+			st.grouped = false
+			twin, err := New[storetest.Withdrawal](other, WithTable(st.names.base), WithoutGrouping())
+			require.NoError(t, err)
+			return st, twin
+		})
+	})
 	t.Run("ledger", func(t *testing.T) {
 		ledgertest.Run(t, func(t *testing.T) driver.Store[ledgertest.Withdrawal] {
 			return newTestStore[ledgertest.Withdrawal](t, pool)
