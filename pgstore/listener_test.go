@@ -354,16 +354,8 @@ func TestWaitsInTwoProcesses(t *testing.T) {
 	}
 	var children []child
 	for range 2 {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestWaitChild$")
-		cmd.Env = append(os.Environ(), waitChildVar+"=1", "PGSTORE_TEST_TABLE="+st.names.base, "PGSTORE_TEST_KEYS="+strings.Join(keys, ","))
-		cmd.Stderr = os.Stderr
-		stdin, err := cmd.StdinPipe()
-		require.NoError(t, err)
-		stdout, err := cmd.StdoutPipe()
-		require.NoError(t, err)
-		require.NoError(t, cmd.Start())
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		c := child{cmd, stdin, bufio.NewScanner(stdout)}
+		cmd, stdin, out := startChild(t, "^TestWaitChild$", waitChildVar+"=1", "PGSTORE_TEST_TABLE="+st.names.base, "PGSTORE_TEST_KEYS="+strings.Join(keys, ","))
+		c := child{cmd, stdin, out}
 		require.True(t, c.out.Scan(), "a child did not start waiting")
 		require.Equal(t, "waiting", c.out.Text())
 		children = append(children, c)

@@ -195,30 +195,8 @@ func TestPgBouncerConcurrentSubmits(t *testing.T) {
 // transaction on one server connection; more instances than PgBouncer has
 // server connections migrate one table at once.
 func TestPgBouncerMigrateFromManyInstancesAtOnce(t *testing.T) {
-	const instances = 8
 	table := testTable(t, pgbouncerPool(t, 1))
-	var ready, done sync.WaitGroup
-	start := make(chan struct{})
-	errs := make(chan error, instances)
-	for range instances {
-		s, err := New[w](pgbouncerPool(t, 1), WithTable(table))
-		require.NoError(t, err)
-		ready.Add(1)
-		done.Add(1)
-		go func() {
-			defer done.Done()
-			ready.Done()
-			<-start
-			errs <- s.Migrate(bg)
-		}()
-	}
-	ready.Wait()
-	close(start)
-	done.Wait()
-	close(errs)
-	for err := range errs {
-		assert.NoError(t, err, "Migrate")
-	}
+	migrateAtOnce(t, 8, func() *pgxpool.Pool { return pgbouncerPool(t, 1) }, table)
 }
 
 // TestPgBouncerLosesNotifications: a LISTEN through PgBouncer in transaction

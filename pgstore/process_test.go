@@ -130,8 +130,16 @@ func race(ctx context.Context, ledger *submissions.Submissions[w], rail func(con
 // spawn starts the test binary as a child with role and env.
 func spawn(t *testing.T, role string, env ...string) (*exec.Cmd, io.WriteCloser, *bufio.Scanner) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), append([]string{childVar + "=" + role}, env...)...)
+	return startChild(t, "^$", append([]string{childVar + "=" + role}, env...)...)
+}
+
+// startChild starts the test binary, running the tests that match run, with
+// env added to this process's, and returns it with its stdin and stdout. It
+// is killed when t ends.
+func startChild(t *testing.T, run string, env ...string) (*exec.Cmd, io.WriteCloser, *bufio.Scanner) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run="+run)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
