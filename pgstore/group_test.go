@@ -450,3 +450,105 @@ func TestAGroupFailingOnTheServerLeavesItsClaimsAlone(t *testing.T) {
 	conn := errors.New("connection reset")
 	assert.Same(t, conn, groupFailed(conn, conn))
 }
+
+// TestAGroupedClaimWhoseCallerLeftIsReleased: a claim that its group's
+// statement makes after its caller's context ended (the statement runs on for
+// the others) is released, and its caller told so with ctx's error: nothing
+// is left claimed for a caller who is gone. The others' claims stand.
+func TestAGroupedClaimWhoseCallerLeftIsReleased(t *testing.T) {
+	pool := testPool(t, 8)
+	st := newTestStore[w](t, pool)
+	// Rows of transactions of the test's own, not committed: a claim of one
+	// of their keys waits for its transaction.
+	hold := func(keys ...string) func() {
+		tx, err := pool.Begin(bg)
+		require.NoError(t, err)
+		for _, k := range keys {
+			_, err := tx.Exec(bg, "INSERT INTO "+st.names.table+" (tenant, request_key, withdrawal_id, amount, currency, destination) VALUES ('', $1, $2, '1.00', 'USD', 'x')", k, "w-"+k)
+			require.NoError(t, err)
+		}
+		var once sync.Once
+		end := func() { once.Do(func() { require.NoError(t, tx.Rollback(bg)) }) }
+		t.Cleanup(end)
+		return end
+	}
+	first, second := hold("a-block", "b-block"), hold("c-block")
+	type answer struct {
+		claimed bool
+		err     error
+	}
+	answers := map[string]answer{}
+	var mu sync.Mutex
+	claim := func(ctx context.Context, key string) func() {
+		return func() {
+			_, claimed, err := st.Claim(ctx, "", key, newW("w-"+key).Fingerprint(), nil)
+			mu.Lock()
+			answers[key] = answer{claimed, err}
+			mu.Unlock()
+		}
+	}
+	queued := func() int { st.claims.mu.Lock(); defer st.claims.mu.Unlock(); return len(st.claims.queue) }
+	leaving, leave := context.WithCancel(bg)
+	defer leave()
+	var wg sync.WaitGroup
+	for i, k := range []string{"a-block", "b-block"} { // each alone, holding a group, waiting for first
+		wg.Go(claim(bg, k))
+		require.Eventually(t, func() bool {
+			st.claims.mu.Lock()
+			defer st.claims.mu.Unlock()
+			return st.claims.running == i+1 && len(st.claims.queue) == 0
+		}, 5*time.Second, time.Millisecond)
+	}
+	for _, k := range []string{"c-block", "stayer"} {
+		wg.Go(claim(bg, k))
+	}
+	wg.Go(claim(leaving, "leaver"))
+	require.Eventually(t, func() bool { return queued() == 3 }, 5*time.Second, time.Millisecond)
+	first() // the two alone end, and the group of three runs, waiting for second on c-block
+	require.Eventually(t, func() bool {
+		var n int
+		err := pool.QueryRow(bg, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%unnest%' AND query LIKE '%' || $1 || '%'", st.names.base).Scan(&n)
+		return err == nil && n == 1
+	}, 10*time.Second, 5*time.Millisecond, "the group's statement waits")
+	leave()
+	second()
+	wg.Wait()
+
+	for _, k := range []string{"a-block", "b-block", "c-block", "stayer"} {
+		require.NoError(t, answers[k].err, k)
+		assert.True(t, answers[k].claimed, k)
+	}
+	require.ErrorIs(t, answers["leaver"].err, context.Canceled)
+	assert.ErrorContains(t, answers["leaver"].err, "the claim was released")
+	_, found, err := st.Lookup(bg, "", "leaver")
+	require.NoError(t, err)
+	assert.False(t, found, "the claim of the caller who left")
+}
+
+// TestASettleGroupWritesInOneStatement: a group of settles writes every
+// outcome it can in its one statement, and leaves to be made alone only a
+// second settle of a key it has, or one whose statement failed.
+func TestASettleGroupWritesInOneStatement(t *testing.T) {
+	st := newTestStore[w](t, testPool(t, 4))
+	var calls []*call[settleReq, settled]
+	for _, k := range []string{"a", "b", "b"} {
+		rec, _, err := st.Claim(bg, "", k, newW("w-"+k).Fingerprint(), nil)
+		require.NoError(t, err)
+		encoded, err := st.encode(k, sent(newW("w-"+k), "0x"+k))
+		require.NoError(t, err)
+		calls = append(calls, &call[settleReq, settled]{ctx: bg, q: settleReq{"", k, rec.Token, encoded}, done: make(chan struct{})})
+	}
+	st.settleGroup(bg, calls)
+	for i, c := range calls[:2] {
+		<-c.done
+		require.NoError(t, c.err, "settle %d", i)
+		assert.Equal(t, settled{true, newW("w-" + c.q.key).Fingerprint()}, c.a, "settle %d", i)
+	}
+	assert.ErrorIs(t, calls[2].err, errAlone, "the second settle of b")
+
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	failing := &call[settleReq, settled]{ctx: bg, q: settleReq{"", "a", calls[0].q.token, calls[0].q.encoded}, done: make(chan struct{})}
+	st.settleGroup(ctx, []*call[settleReq, settled]{failing})
+	assert.ErrorIs(t, failing.err, errAlone, "a settle whose group's statement failed")
+}

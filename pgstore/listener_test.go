@@ -287,26 +287,30 @@ func TestWaitsEndWhenTheirListenerCannotConnect(t *testing.T) {
 	requireGivenBack(t, pool)
 }
 
-// waitChildVar, set, makes the test binary a child of TestWaitsInTwoProcesses
-// (TestWaitChild, and no other test, runs).
-const waitChildVar = "PGSTORE_TEST_WAIT_CHILD"
-
-// TestWaitChild is the child process of TestWaitsInTwoProcesses: an instance
-// on a pool of two connections that waits through a ledger, many times, for
-// each key of PGSTORE_TEST_KEYS, says "waiting", and once told (a line on
-// stdin) submits a key of its own and says how that went ("submitted", and
-// the error if any); then it says how each wait ended ("waited", the key,
-// and the outcome's ref or the error). Without waitChildVar it does nothing.
-func TestWaitChild(t *testing.T) {
-	if os.Getenv(waitChildVar) == "" {
-		t.Skip("the child of TestWaitsInTwoProcesses")
-	}
-	pool := testPool(t, 2)
-	st, err := New[w](pool, WithTable(os.Getenv("PGSTORE_TEST_TABLE")))
-	require.NoError(t, err)
-	ledger := submissions.NewWithStore[w](st, submissions.WithLogger(quiet))
-	ctx, cancel := context.WithTimeout(bg, time.Minute)
+// waitChild is the child process of TestWaitsInTwoProcesses (role "wait"):
+// an instance on a pool of two connections that waits through a ledger, many
+// times, for each key of PGSTORE_TEST_KEYS, says "waiting", and once told (a
+// line on stdin) submits a key of its own and says how that went
+// ("submitted", and the error if any); then it says how each wait ended
+// ("waited", the key, and the outcome's ref or the error).
+func waitChild() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	cfg, err := pgxpool.ParseConfig(os.Getenv(urlVar))
+	if err != nil {
+		return err
+	}
+	cfg.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	st, err := New[w](pool, WithTable(os.Getenv("PGSTORE_TEST_TABLE")))
+	if err != nil {
+		return err
+	}
+	ledger := submissions.NewWithStore[w](st, submissions.WithLogger(quiet))
 	var out sync.Mutex
 	var wg sync.WaitGroup
 	for _, key := range strings.Split(os.Getenv("PGSTORE_TEST_KEYS"), ",") {
@@ -320,8 +324,9 @@ func TestWaitChild(t *testing.T) {
 		}
 	}
 	fmt.Println("waiting")
-	_, err = bufio.NewReader(os.Stdin).ReadString('\n')
-	require.NoError(t, err)
+	if _, err = bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		return err
+	}
 	sctx, scancel := context.WithTimeout(ctx, soon)
 	defer scancel()
 	x := newW(fmt.Sprint("w-own-", os.Getpid()))
@@ -330,6 +335,7 @@ func TestWaitChild(t *testing.T) {
 	fmt.Println("submitted", err)
 	out.Unlock()
 	wg.Wait()
+	return nil
 }
 
 // TestWaitsInTwoProcesses: two processes, each on a pool of two
@@ -354,7 +360,7 @@ func TestWaitsInTwoProcesses(t *testing.T) {
 	}
 	var children []child
 	for range 2 {
-		cmd, stdin, out := startChild(t, "^TestWaitChild$", waitChildVar+"=1", "PGSTORE_TEST_TABLE="+st.names.base, "PGSTORE_TEST_KEYS="+strings.Join(keys, ","))
+		cmd, stdin, out := spawn(t, "wait", "PGSTORE_TEST_TABLE="+st.names.base, "PGSTORE_TEST_KEYS="+strings.Join(keys, ","))
 		c := child{cmd, stdin, out}
 		require.True(t, c.out.Scan(), "a child did not start waiting")
 		require.Equal(t, "waiting", c.out.Text())
@@ -390,5 +396,96 @@ func TestWaitsInTwoProcesses(t *testing.T) {
 		for _, key := range keys {
 			assert.Equal(t, 25, waits[key], "waits of %s that ended", key)
 		}
+	}
+}
+
+// TestAListenerKeepsTheLocksOfItsWaits: while waits of two keys wait, the
+// listener holds both keys' locks, steadily: a wait that enters does not
+// drop the lock of a key still waited for. When one wait ends, its key's
+// lock goes and the other's stays.
+func TestAListenerKeepsTheLocksOfItsWaits(t *testing.T) {
+	pool := testPool(t, 4)
+	st := newTestStore[w](t, pool)
+	ctx, cancel := context.WithTimeout(bg, time.Minute)
+	defer cancel()
+	actx, aleave := context.WithCancel(ctx)
+	defer aleave()
+	tokens := map[string]driver.Token{}
+	for _, k := range []string{"a", "b"} {
+		rec, _, err := st.Claim(bg, "", k, newW("w-"+k).Fingerprint(), nil)
+		require.NoError(t, err)
+		tokens[k] = rec.Token
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { _, _, _ = st.waitClaim(actx, "", "a", tokens["a"], time.Hour) })
+	requireLocked(t, pool, st, "a", 1)
+	wg.Go(func() { _, _, _ = st.waitClaim(ctx, "", "b", tokens["b"], time.Hour) })
+	requireLocked(t, pool, st, "b", 1)
+	for range 20 {
+		for _, k := range []string{"a", "b"} {
+			holders, err := lockHolders(pool, st, k)
+			require.NoError(t, err)
+			require.Len(t, holders, 1, "the listener's lock of %s, while both are waited for", k)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	aleave()
+	requireLocked(t, pool, st, "a", 0)
+	holders, err := lockHolders(pool, st, "b")
+	require.NoError(t, err)
+	require.Len(t, holders, 1, "the lock of b, still waited for")
+	cancel()
+}
+
+// TestAListenerWhoseLockFailsConnectsAgain: when the listener's statement
+// that locks a key fails (here it waits for a settle of the key that holds
+// its exclusive lock longer than the listener's statement_timeout), the
+// listener connects again and tries again, and the wait ends with its
+// outcome once the key can be locked: a failing statement is not a session
+// that changed (ErrNoSession).
+func TestAListenerWhoseLockFailsConnectsAgain(t *testing.T) {
+	pool := testPool(t, 4)
+	direct, err := pgx.ParseConfig(os.Getenv(urlVar))
+	require.NoError(t, err)
+	direct.RuntimeParams["statement_timeout"] = "50ms"
+	st := newTestStore[w](t, pool)
+	st.listener = direct
+	rec, _, err := st.Claim(bg, "", "req-1", newW("w-1").Fingerprint(), nil)
+	require.NoError(t, err)
+
+	// A transaction holds the key's exclusive wait lock, as a settle does
+	// while it commits.
+	tx, err := pool.Begin(bg)
+	require.NoError(t, err)
+	defer tx.Rollback(bg)
+	_, err = tx.Exec(bg, `SELECT pg_advisory_xact_lock(hashtextextended('submissions wait ' || (`+strings.TrimPrefix(st.sql.channel, "SELECT ")+`) || ' ' || $1, 0))`, waitPayload("", "req-1"))
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
+	defer cancel()
+	done := make(chan waited, 1)
+	go func() {
+		rec, ok, err := st.waitClaim(ctx, "", "req-1", rec.Token, time.Hour)
+		done <- waited{rec, ok, err}
+	}()
+	time.Sleep(300 * time.Millisecond) // several statements time out meanwhile
+	select {
+	case got := <-done:
+		t.Fatalf("the wait ended while its key could not be locked: %+v", got)
+	default:
+	}
+	require.NoError(t, tx.Rollback(bg))
+	requireLocked(t, pool, st, "req-1", 1)
+	want, settled, err := st.Settle(bg, "", "req-1", rec.Token, sent(newW("w-1"), "0x1"))
+	require.NoError(t, err)
+	require.True(t, settled)
+	select {
+	case got := <-done:
+		require.NoError(t, got.err)
+		require.True(t, got.ok)
+		assert.Equal(t, want, got.rec)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the wait did not end after the settle")
 	}
 }

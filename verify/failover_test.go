@@ -92,7 +92,7 @@ func TestFailover(t *testing.T) {
 	var procs []*exec.Cmd
 	var stdins []io.WriteCloser
 	for p := range failoverProcesses {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestFailoverChild$", "-test.count=1")
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), failoverChildVar+"="+strconv.Itoa(p), "SUBMISSIONS_FAILOVER_URL="+url)
 		cmd.Stderr = os.Stderr
 		stdin, err := cmd.StdinPipe()
