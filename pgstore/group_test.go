@@ -392,10 +392,6 @@ func TestGroupsThatCrossGiveWay(t *testing.T) {
 	b, err := New[w](testPool(t, 4), WithTable(a.names.base))
 	require.NoError(t, err)
 	release := blockWrites(t, a)
-	type answer struct {
-		token int64
-		err   error
-	}
 	groups := [2][]claimReq{
 		{{"", "a-1", newW("w-1").Fingerprint()}, {"", "a-2", newW("w-2").Fingerprint()}},
 		{{"", "b-1", newW("w-2").Fingerprint()}, {"", "b-2", newW("w-1").Fingerprint()}},
