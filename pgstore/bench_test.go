@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -22,18 +23,23 @@ var quiet = slog.New(slog.DiscardHandler)
 // The ledger on PostgreSQL runs beside its floor, the same round trips issued
 // directly through pgx on the same schema, in turns inside one benchmark, so
 // that the drift of a shared machine falls on both alike. Each turn runs
-// workers goroutines at once, perWorker calls each, on one side and then the
+// callers goroutines at once, perWorker calls each, on one side and then the
 // other. The figures are calls per second on each side and their ratio
-// (ledger over floor: higher is better).
+// (ledger over floor: higher is better). Fresh submits and replays run with
+// each of callerCounts; the others with workers.
 const (
 	workers   = 16
 	perWorker = 25
 )
 
+var callerCounts = []int{1, 8, 64}
+
 // floorSQL is the least a claim, an outcome and a replay cost on the schema:
 // a claim returns its token, and the outcome is written on that claim. Every
 // statement names the tenant, as the store's do; the benchmarks work in the
-// default tenant, floorTenant.
+// default tenant, floorTenant. The floor does the ledger's job with no more:
+// it encodes the outcome it writes and decodes the one it reads, with
+// encoding/json as the store does by default.
 type floorSQL struct{ insert, update, selectRow string }
 
 const floorTenant = ""
@@ -47,13 +53,15 @@ func newFloor(table string) floorSQL {
 }
 
 // turns runs ledger(worker, n) and then floor(worker, n) for n in
-// [turn*perWorker, (turn+1)*perWorker) on workers goroutines each, in turns,
-// and reports both sides' calls per second and their ratio.
-func turns(b *testing.B, ledger, floor func(worker, n int) error) {
+// [turn*perWorker, (turn+1)*perWorker) on callers goroutines each, in turns,
+// and reports both sides' calls per second and their ratio. With a pool, it
+// reports the WAL bytes each side wrote per call too (nothing else should
+// write meanwhile).
+func turns(b *testing.B, callers int, pool *pgxpool.Pool, ledger, floor func(worker, n int) error) {
 	side := func(turn int, f func(worker, n int) error) time.Duration {
 		var wg sync.WaitGroup
 		start := time.Now()
-		for g := range workers {
+		for g := range callers {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -72,21 +80,50 @@ func turns(b *testing.B, ledger, floor func(worker, n int) error) {
 	side(0, ledger)
 	side(0, floor)
 	var ledgerTime, floorTime time.Duration
+	var ledgerWAL, floorWAL int64
 	turn := 1
 	for b.Loop() {
+		at := walAt(b, pool)
 		ledgerTime += side(turn, ledger)
+		mid := walAt(b, pool)
 		floorTime += side(turn, floor)
+		end := walAt(b, pool)
+		ledgerWAL += walBetween(b, pool, at, mid)
+		floorWAL += walBetween(b, pool, mid, end)
 		turn++
 	}
-	calls := float64((turn - 1) * workers * perWorker)
+	calls := float64((turn - 1) * callers * perWorker)
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(calls/ledgerTime.Seconds(), "ledger-calls/s")
 	b.ReportMetric(calls/floorTime.Seconds(), "floor-calls/s")
 	b.ReportMetric(floorTime.Seconds()/ledgerTime.Seconds(), "ratio")
+	if pool != nil {
+		b.ReportMetric(float64(ledgerWAL)/calls, "ledger-WAL-B/call")
+		b.ReportMetric(float64(floorWAL)/calls, "floor-WAL-B/call")
+	}
 }
 
-func benchStores(b *testing.B) (*submissions.Submissions[w], *pgxpool.Pool, floorSQL) {
-	pool := testPool(b, workers+2)
+// walAt returns the server's WAL position, or "" without a pool.
+func walAt(b *testing.B, pool *pgxpool.Pool) string {
+	var lsn string
+	if pool != nil {
+		require.NoError(b, pool.QueryRow(bg, "SELECT pg_current_wal_insert_lsn()::text").Scan(&lsn))
+	}
+	return lsn
+}
+
+// walBetween returns the WAL bytes from one position to another, or 0
+// without a pool.
+func walBetween(b *testing.B, pool *pgxpool.Pool, from, to string) int64 {
+	var n int64
+	if pool != nil {
+		require.NoError(b, pool.QueryRow(bg, "SELECT pg_wal_lsn_diff($2::pg_lsn, $1::pg_lsn)::bigint", from, to).Scan(&n))
+	}
+	return n
+}
+
+func benchStores(b *testing.B, callers int) (*submissions.Submissions[w], *pgxpool.Pool, floorSQL) {
+	pool := testPool(b, int32(callers)+2)
 	ledgerStore, err := New[w](pool, WithTable(testTable(b, pool)))
 	require.NoError(b, err)
 	floorStore, err := New[w](pool, WithTable(testTable(b, pool)))
@@ -105,47 +142,149 @@ func benchWithdrawal(side string, worker, n int) (string, w) {
 	return key, x
 }
 
+// BenchmarkPostgresFresh: fresh submits, beside the floor's INSERT of the
+// claim and UPDATE of its outcome, with 1, 8 and 64 callers; both sides'
+// WAL bytes per call too.
 func BenchmarkPostgresFresh(b *testing.B) {
-	ledger, pool, floor := benchStores(b)
-	send := func(_ context.Context, x w) (w, error) { return sent(x, "0xtx"), nil }
-	turns(b, func(worker, n int) error {
-		key, x := benchWithdrawal("L", worker, n)
-		_, err := ledger.Submit(bg, key, x, send)
-		return err
-	}, func(worker, n int) error {
-		key, x := benchWithdrawal("F", worker, n)
-		var token int64
-		if err := pool.QueryRow(bg, floor.insert, floorTenant, key, x.ID, x.Amount, x.Currency, x.Dest).Scan(&token); err != nil {
-			return err
-		}
-		_, err := pool.Exec(bg, floor.update, floorTenant, key, token, []byte(`{"ID":"`+x.ID+`","State":"sent","TxHash":"0xtx"}`))
-		return err
-	})
+	for _, callers := range callerCounts {
+		b.Run(fmt.Sprint("callers=", callers), func(b *testing.B) {
+			ledger, pool, floor := benchStores(b, callers)
+			send := func(_ context.Context, x w) (w, error) { return sent(x, "0xtx"), nil }
+			turns(b, callers, pool, func(worker, n int) error {
+				key, x := benchWithdrawal("L", worker, n)
+				_, err := ledger.Submit(bg, key, x, send)
+				return err
+			}, func(worker, n int) error {
+				key, x := benchWithdrawal("F", worker, n)
+				var token int64
+				if err := pool.QueryRow(bg, floor.insert, floorTenant, key, x.ID, x.Amount, x.Currency, x.Dest).Scan(&token); err != nil {
+					return err
+				}
+				outcome, err := json.Marshal(sent(x, "0xtx"))
+				if err != nil {
+					return err
+				}
+				_, err = pool.Exec(bg, floor.update, floorTenant, key, token, outcome)
+				return err
+			})
+		})
+	}
 }
 
+// BenchmarkPostgresReplay: replays of a settled key, beside the floor's
+// SELECT of its row, with 1, 8 and 64 callers.
 func BenchmarkPostgresReplay(b *testing.B) {
-	ledger, pool, floor := benchStores(b)
-	send := func(_ context.Context, x w) (w, error) { return sent(x, "0xtx"), nil }
-	for g := range workers {
-		key, x := benchWithdrawal("L", g, 0)
-		_, err := ledger.Submit(bg, key, x, send)
-		require.NoError(b, err)
-		key, x = benchWithdrawal("F", g, 0)
-		var token int64
-		require.NoError(b, pool.QueryRow(bg, floor.insert, floorTenant, key, x.ID, x.Amount, x.Currency, x.Dest).Scan(&token))
-		_, err = pool.Exec(bg, floor.update, floorTenant, key, token, []byte(`{}`))
-		require.NoError(b, err)
+	for _, callers := range callerCounts {
+		b.Run(fmt.Sprint("callers=", callers), func(b *testing.B) {
+			ledger, pool, floor := benchStores(b, callers)
+			send := func(_ context.Context, x w) (w, error) { return sent(x, "0xtx"), nil }
+			for g := range callers {
+				key, x := benchWithdrawal("L", g, 0)
+				_, err := ledger.Submit(bg, key, x, send)
+				require.NoError(b, err)
+				key, x = benchWithdrawal("F", g, 0)
+				var token int64
+				require.NoError(b, pool.QueryRow(bg, floor.insert, floorTenant, key, x.ID, x.Amount, x.Currency, x.Dest).Scan(&token))
+				outcome, err := json.Marshal(sent(x, "0xtx"))
+				require.NoError(b, err)
+				_, err = pool.Exec(bg, floor.update, floorTenant, key, token, outcome)
+				require.NoError(b, err)
+			}
+			turns(b, callers, nil, func(worker, _ int) error {
+				key, x := benchWithdrawal("L", worker, 0)
+				_, err := ledger.Submit(bg, key, x, send)
+				return err
+			}, func(worker, _ int) error {
+				key, _ := benchWithdrawal("F", worker, 0)
+				var id, amount, currency, dest string
+				var outcome []byte
+				if err := pool.QueryRow(bg, floor.selectRow, floorTenant, key).Scan(&id, &amount, &currency, &dest, &outcome); err != nil {
+					return err
+				}
+				var x w
+				return json.Unmarshal(outcome, &x)
+			})
+		})
 	}
-	turns(b, func(worker, _ int) error {
-		key, x := benchWithdrawal("L", worker, 0)
-		_, err := ledger.Submit(bg, key, x, send)
-		return err
-	}, func(worker, _ int) error {
-		key, _ := benchWithdrawal("F", worker, 0)
-		var id, amount, currency, dest string
-		var outcome []byte
-		return pool.QueryRow(bg, floor.selectRow, floorTenant, key).Scan(&id, &amount, &currency, &dest, &outcome)
-	})
+}
+
+// BenchmarkPostgresGroupingAlone: what grouping costs a lone caller: fresh
+// submits of one caller through a ledger whose Store groups claims and
+// settles (the default), beside one whose Store does not (the "floor"), on
+// one table, in turns.
+func BenchmarkPostgresGroupingAlone(b *testing.B) {
+	pool := testPool(b, 3)
+	table := testTable(b, pool)
+	grouped, err := New[w](pool, WithTable(table))
+	require.NoError(b, err)
+	require.NoError(b, grouped.Migrate(bg))
+	alone, err := New[w](pool, WithTable(table), WithoutGrouping())
+	require.NoError(b, err)
+	send := func(_ context.Context, x w) (w, error) { return sent(x, "0xtx"), nil }
+	ledger := func(st *Store[w], side string) func(worker, n int) error {
+		l := submissions.NewWithStore[w](st, submissions.WithLogger(quiet))
+		return func(worker, n int) error {
+			key, x := benchWithdrawal(side, worker, n)
+			_, err := l.Submit(bg, key, x, send)
+			return err
+		}
+	}
+	turns(b, 1, nil, ledger(grouped, "G"), ledger(alone, "A"))
+}
+
+// BenchmarkPostgresWAL: the WAL bytes a Store's claim and settle write,
+// each alone, beside the floor's INSERT and UPDATE of the same rows, in
+// turns of perTurn of each.
+func BenchmarkPostgresWAL(b *testing.B) {
+	_, pool, floor := benchStores(b, 1)
+	st, err := New[w](pool, WithTable(testTable(b, pool)))
+	require.NoError(b, err)
+	require.NoError(b, st.Migrate(bg))
+	const perTurn = 100
+	var wal [4]int64 // claim, settle, floor insert, floor update
+	turn := 0
+	for b.Loop() {
+		var tokens [perTurn]driver.Token
+		var floorTokens [perTurn]int64
+		steps := [4]func(i int) error{
+			func(i int) error {
+				key, x := benchWithdrawal("L", turn, i)
+				rec, _, err := st.Claim(bg, floorTenant, key, x.Fingerprint(), nil)
+				tokens[i] = rec.Token
+				return err
+			},
+			func(i int) error {
+				key, x := benchWithdrawal("L", turn, i)
+				_, _, err := st.Settle(bg, floorTenant, key, tokens[i], sent(x, "0xtx"))
+				return err
+			},
+			func(i int) error {
+				key, x := benchWithdrawal("F", turn, i)
+				return pool.QueryRow(bg, floor.insert, floorTenant, key, x.ID, x.Amount, x.Currency, x.Dest).Scan(&floorTokens[i])
+			},
+			func(i int) error {
+				key, x := benchWithdrawal("F", turn, i)
+				outcome, err := json.Marshal(sent(x, "0xtx"))
+				if err == nil {
+					_, err = pool.Exec(bg, floor.update, floorTenant, key, floorTokens[i], outcome)
+				}
+				return err
+			},
+		}
+		for k, step := range steps {
+			at := walAt(b, pool)
+			for i := range perTurn {
+				require.NoError(b, step(i))
+			}
+			wal[k] += walBetween(b, pool, at, walAt(b, pool))
+		}
+		turn++
+	}
+	n := float64(turn * perTurn)
+	b.ReportMetric(0, "ns/op")
+	for k, unit := range []string{"claim-WAL-B", "settle-WAL-B", "floor-insert-WAL-B", "floor-update-WAL-B"} {
+		b.ReportMetric(float64(wal[k])/n, unit)
+	}
 }
 
 // BenchmarkPostgresListInFlight: a page of claims in flight through a
@@ -229,7 +368,7 @@ func BenchmarkPostgresFreshMillion(b *testing.B) {
 	onBig := submissions.NewWithStore[w](big, submissions.WithLogger(quiet))
 	onEmpty := submissions.NewWithStore[w](empty, submissions.WithLogger(quiet))
 	send := func(_ context.Context, x w) (w, error) { return sent(x, "0xtx"), nil }
-	turns(b, func(worker, n int) error {
+	turns(b, workers, nil, func(worker, n int) error {
 		key, x := benchWithdrawal("B", worker, n)
 		_, err := onBig.Submit(bg, key, x, send)
 		return err

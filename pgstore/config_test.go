@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -31,6 +32,15 @@ func TestNewAppliesItsOptions(t *testing.T) {
 	assert.Equal(t, `"payouts"."withdrawals"`, s.names.table)
 	_, err = s.encode("req-1", newW("w-1"))
 	assert.ErrorIs(t, err, c.err, "encode uses the codec")
+	assert.True(t, s.grouped, "claims and settles are grouped by default")
+	assert.Nil(t, s.listener, "the listener connects as the pool does by default")
+
+	listener := &pgx.ConnConfig{}
+	s, err = New[w](&pgxpool.Pool{}, WithoutGrouping(), WithListener(listener))
+	require.NoError(t, err)
+	assert.False(t, s.grouped, "WithoutGrouping")
+	require.NotNil(t, s.listener)
+	assert.NotSame(t, listener, s.listener, "WithListener keeps a copy")
 }
 
 // TestMigrateGivesBackItsConnection: Migrate returns the connection it took

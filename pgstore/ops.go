@@ -29,6 +29,12 @@ const attempts = 10
 // naming it. It returns the key's record, token included: new with claimed
 // true, or found with claimed false.
 //
+// Fresh claims (those without an outcome) made while the Store is running
+// one are made in groups (see WithoutGrouping): one INSERT ... ON CONFLICT
+// DO NOTHING of the group's rows, which returns those it made; a claim it did
+// not make is made again alone, as above, which says why. A claim made alone
+// that the server rolls back to break a deadlock with a group is made again.
+//
 // A key this Store has claimed or found before in the same tenant, and not
 // released since, is most likely there still: a retry. For such a key Claim
 // reads the row first, a plain SELECT, and inserts only if the row has gone
@@ -48,9 +54,15 @@ func (s *Store[R]) Claim(ctx context.Context, tenant, key string, fp driver.Fing
 		}
 	}
 	var err error
-	for range attempts {
+	for i := range attempts {
 		var token int64
-		err = s.translate(s.pool.QueryRow(ctx, s.sql.insert, tenant, key, fp.WithdrawalID, fp.Amount, fp.Currency, fp.Destination, encoded).Scan(&token))
+		if i == 0 && s.grouped && outcome == nil {
+			if token, err = s.claims.do(ctx, claimReq{tenant, key, fp}); err == nil && ctx.Err() != nil {
+				return driver.Record[R]{}, false, s.unclaim(ctx, tenant, key, token)
+			}
+		} else {
+			err = s.translate(s.pool.QueryRow(ctx, s.sql.insert, tenant, key, fp.WithdrawalID, fp.Amount, fp.Currency, fp.Destination, encoded).Scan(&token))
+		}
 		switch {
 		case err == nil:
 			s.recent.add(tenant, key)
@@ -81,11 +93,29 @@ func (s *Store[R]) Claim(ctx context.Context, tenant, key string, fp driver.Fing
 				return driver.Record[R]{}, false, &driver.ConflictError{Tenant: tenant, Holder: holder, Key: key, WithdrawalID: fp.WithdrawalID, Pruned: pruned}
 			}
 			continue // released meanwhile: try again
+		case errors.Is(err, errAlone), deadlocked(err):
+			continue // not made by its group, or rolled back to break a deadlock with one: made alone
 		}
 		return driver.Record[R]{}, false, err
 	}
 	return driver.Record[R]{}, false, fmt.Errorf("pgstore: claim request key %s: still contended after %d attempts: %w", key, attempts, err)
 }
+
+// unclaim releases the claim of token, which a group made for a caller whose
+// context ended meanwhile, as a claim made alone would most likely not have
+// been, and returns the error of the claim: ctx's, and the release's if it
+// failed (the claim then stands, in flight).
+func (s *Store[R]) unclaim(ctx context.Context, tenant, key string, token int64) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unclaimTimeout)
+	defer cancel()
+	if _, _, err := s.Release(rctx, tenant, key, driver.Token(token)); err != nil {
+		return fmt.Errorf("pgstore: claim request key %s: the context ended while its group ran, and the claim stands (its release failed: %v): %w", key, err, ctx.Err())
+	}
+	return fmt.Errorf("pgstore: claim request key %s: the context ended while its group ran (the claim was released): %w", key, ctx.Err())
+}
+
+// unclaimTimeout bounds unclaim's release.
+const unclaimTimeout = 5 * time.Second
 
 // holder reads tenant's record of key, if it has one, and otherwise the key
 // of tenant that holds withdrawalID ("" for none) and whether its record was
@@ -151,19 +181,27 @@ func (s *Store[R]) record(key string, row storedRow) (driver.Record[R], error) {
 // Settle implements driver.Store: one UPDATE that writes outcome on
 // tenant's row of key and token while it has no outcome, and returns the settled
 // record. When it matches nothing, a read tells why: the claim is done (its
-// record, settled false) or gone (the zero Record).
+// record, settled false) or gone (the zero Record). Settles made while the
+// Store is running one are made in groups, one UPDATE for all, as claims
+// are; when a group's statement fails, each settle is made alone.
 func (s *Store[R]) Settle(ctx context.Context, tenant, key string, token driver.Token, outcome R) (driver.Record[R], bool, error) {
 	encoded, err := s.encode(key, outcome)
 	if err != nil {
 		return driver.Record[R]{}, false, err
 	}
-	var fp driver.Fingerprint
-	err = s.pool.QueryRow(ctx, s.sql.settle, tenant, key, int64(token), encoded).Scan(&fp.WithdrawalID, &fp.Amount, &fp.Currency, &fp.Destination, nil)
+	q := settleReq{tenant, key, token, encoded}
+	var a settled
+	if s.grouped {
+		a, err = s.settles.do(ctx, q)
+	}
+	if !s.grouped || errors.Is(err, errAlone) {
+		a, err = s.settles.alone(ctx, q)
+	}
 	switch {
-	case err == nil:
-		return driver.Record[R]{Fingerprint: fp, Outcome: outcome, Done: true, Token: token}, true, nil
-	case !errors.Is(err, pgx.ErrNoRows):
-		return driver.Record[R]{}, false, s.translate(err)
+	case err != nil:
+		return driver.Record[R]{}, false, err
+	case a.written:
+		return driver.Record[R]{Fingerprint: a.fp, Outcome: outcome, Done: true, Token: token}, true, nil
 	}
 	return s.claimDone(ctx, tenant, key, token)
 }

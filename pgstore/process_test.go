@@ -39,8 +39,12 @@ func TestMain(m *testing.M) {
 }
 
 // child runs one instance of a payout service: a ledger on the shared table,
-// and a rail that writes every send to the sends table.
+// and a rail that writes every send to the sends table; or, as role "wait",
+// waitChild.
 func child(role string) error {
+	if role == "wait" {
+		return waitChild()
+	}
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv(urlVar))
 	if err != nil {
@@ -127,7 +131,8 @@ func race(ctx context.Context, ledger *submissions.Submissions[w], rail func(con
 	return nil
 }
 
-// spawn starts the test binary as a child with role and env.
+// spawn starts the test binary as a child with role and env, and returns it
+// with its stdin and stdout. It is killed when t ends.
 func spawn(t *testing.T, role string, env ...string) (*exec.Cmd, io.WriteCloser, *bufio.Scanner) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")

@@ -20,9 +20,12 @@
 // and an outcome is written and a claim released only on the row of that
 // token. A fresh submit costs two round trips (claim, then outcome); a replay
 // one, a plain SELECT, on an instance that has seen the key, and two
-// elsewhere (the INSERT that fails, then the SELECT). The SQL is plain
-// INSERT, SELECT, UPDATE and DELETE over unique constraints; Migrate alone
-// uses an advisory lock.
+// elsewhere (the INSERT that fails, then the SELECT). Claims and settles that
+// a Store's callers make while one of the same kind runs are made together,
+// in one statement (a group), each row still decided by the constraints
+// alone. The SQL is plain
+// INSERT, SELECT, UPDATE and DELETE over unique constraints; Migrate and
+// WaitClaim's listener alone use advisory locks, and WaitClaim LISTEN.
 //
 // The table holds every tenant id, key, withdrawal id, destination and amount
 // the ledger accepts, up to its limits (driver.MaxTenantLen, driver.MaxKeyLen
@@ -58,18 +61,24 @@ const DefaultTable = "submissions"
 // safe for concurrent use, and several Stores, in several processes, may share
 // one table.
 type Store[R any] struct {
-	pool   *pgxpool.Pool
-	codec  Codec
-	names  names
-	schema string // Schema's statements for this table
-	sql    statements
-	recent recentKeys // tenants' keys claimed or found here: a retry of one reads first
+	pool     *pgxpool.Pool
+	codec    Codec
+	names    names
+	schema   string // Schema's statements for this table
+	sql      statements
+	recent   recentKeys      // tenants' keys claimed or found here: a retry of one reads first
+	waits    waits           // the WaitClaims under way, and their listener
+	listener *pgx.ConnConfig // the waits' listener connects with it; nil: the pool's
+	grouped  bool            // fresh claims and settles are made in groups
+	claims   group[claimReq, int64]
+	settles  group[settleReq, settled]
 }
 
 // statements are the store's SQL, for its table.
 type statements struct {
 	insert, lookup, claimedBy, settle, release, abandon, holder, prune string
-	channel                                                            string // WaitClaim's
+	insertGroup, settleGroup                                           string // grouped claims' and settles'
+	channel, relock                                                    string // the wait listener's
 	lock, upToDate                                                     string // Migrate's
 }
 
@@ -103,8 +112,10 @@ type Option interface {
 }
 
 type options struct {
-	table string
-	codec Codec
+	table  string
+	codec  Codec
+	listen *pgx.ConnConfig
+	alone  bool
 }
 
 type optionFunc func(*options)
@@ -122,6 +133,22 @@ func WithCodec(c Codec) Option {
 // ("payouts.submissions"). The default is DefaultTable.
 func WithTable(name string) Option {
 	return optionFunc(func(o *options) { o.table = name })
+}
+
+// WithListener sets the connection config of the listener that WaitClaim's
+// waits share (see WaitClaim); the default is the pool's. Behind a pooler in
+// transaction mode, such as PgBouncer's, give it a direct route to the
+// server: the listener needs a session of its own.
+func WithListener(cfg *pgx.ConnConfig) Option {
+	return optionFunc(func(o *options) { o.listen = cfg })
+}
+
+// WithoutGrouping makes every claim and settle a statement of its own. By
+// default, the fresh claims that a Store's callers make while one of its
+// claims runs are made together in its next statement, and so are settles
+// (see Store.Claim); a lone call runs alone either way.
+func WithoutGrouping() Option {
+	return optionFunc(func(o *options) { o.alone = true })
 }
 
 var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
@@ -146,7 +173,12 @@ func New[R any](pool *pgxpool.Pool, opts ...Option) (*Store[R], error) {
 	if o.codec == nil {
 		return nil, errors.New("pgstore: nil codec")
 	}
-	return &Store[R]{pool: pool, codec: o.codec, names: n, schema: n.ddl(), sql: sqlFor(n)}, nil
+	st := &Store[R]{pool: pool, codec: o.codec, names: n, schema: n.ddl(), sql: sqlFor(n), grouped: !o.alone}
+	if o.listen != nil {
+		st.listener = o.listen.Copy()
+	}
+	st.initGroups()
+	return st, nil
 }
 
 // Schema returns the statements Migrate runs for table, a name as WithTable
@@ -221,21 +253,34 @@ func sqlFor(n names) statements {
 	table := n.table
 	// A table's channel is named after its oid, however its name is spelled;
 	// a notification's payload names the tenant and key, as waitPayload does.
-	// A waiter holds a shared advisory lock named after both while it waits:
-	// a change notifies only when the exclusive lock cannot be had, so that
-	// a change nobody waits for takes no part in the server's serialized
-	// commit of notifications. A waiter's lock waits for a change that holds
-	// the exclusive one until that commits, and then reads it.
+	// While a key is waited for, the listener of each Store that waits for it
+	// holds a shared advisory lock named after both: a change notifies only
+	// when the exclusive lock cannot be had, so that a change nobody waits
+	// for takes no part in the server's serialized commit of notifications.
+	// The listener's lock waits for a change that holds the exclusive one
+	// until that commits, and its waits read the row after.
 	channel := `'submissions_' || '` + table + `'::regclass::oid::text`
-	payload := `octet_length($1::text)::text || ':' || $1::text || $2::text`
-	notify := `CASE WHEN pg_try_advisory_xact_lock(hashtextextended('submissions wait ' || ` + channel + ` || ' ' || ` + payload + `, 0))
+	waitLock := func(payload string) string {
+		return `hashtextextended('submissions wait ' || ` + channel + ` || ' ' || ` + payload + `, 0)`
+	}
+	notifyOf := func(tenant, key string) string {
+		payload := `octet_length(` + tenant + `)::text || ':' || ` + tenant + ` || ` + key
+		return `CASE WHEN pg_try_advisory_xact_lock(` + waitLock(payload) + `)
 	THEN NULL ELSE pg_notify(` + channel + `, ` + payload + `)::text END`
+	}
+	notify := notifyOf("$1::text", "$2::text")
 	return statements{
 		// The claim: the unique constraints decide, and the row's token
 		// comes back.
 		insert: `INSERT INTO ` + table + ` (tenant, request_key, ` + fpCols + `, outcome, settled_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7::bytea, CASE WHEN $7::bytea IS NULL THEN NULL ELSE now() END)
 RETURNING claim_id`,
+		// A group's claims: those whose key or withdrawal is taken are
+		// not made, and come back with no row.
+		insertGroup: `INSERT INTO ` + table + ` (tenant, request_key, ` + fpCols + `)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
+ON CONFLICT DO NOTHING
+RETURNING tenant, request_key, claim_id`,
 		lookup:    `SELECT ` + cols + ` FROM ` + table + ` WHERE tenant = $1 AND request_key = $2`,
 		claimedBy: `SELECT request_key FROM ` + table + ` WHERE tenant = $1 AND withdrawal_id = $2`,
 		// After a claim lost on the withdrawal: the key's row and the
@@ -253,6 +298,11 @@ LEFT JOIN ` + table + ` h ON h.tenant = $1 AND h.withdrawal_id = $3`,
 WHERE tenant = $1 AND request_key = $2 AND claim_id = $3 AND outcome IS NULL
 RETURNING ` + fpCols + `)
 SELECT ` + fpCols + `, ` + notify + ` FROM settled`,
+		settleGroup: `WITH settled AS (UPDATE ` + table + ` t SET outcome = g.outcome, settled_at = now()
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[]) AS g(tenant, request_key, claim_id, outcome)
+WHERE t.tenant = g.tenant AND t.request_key = g.request_key AND t.claim_id = g.claim_id AND t.outcome IS NULL
+RETURNING t.tenant, t.request_key, t.` + strings.ReplaceAll(fpCols, ", ", ", t.") + `)
+SELECT tenant, request_key, ` + fpCols + `, ` + notifyOf("tenant", "request_key") + ` FROM settled`,
 		release: `WITH released AS (DELETE FROM ` + table + ` WHERE tenant = $1 AND request_key = $2 AND claim_id = $3 AND outcome IS NULL
 RETURNING ` + fpCols + `, abandoned_at IS NOT NULL AS abandoned)
 SELECT ` + fpCols + `, abandoned, ` + notify + ` FROM released`,
@@ -263,6 +313,10 @@ WHERE tenant = $1 AND request_key = $2 AND claim_id = $3 AND outcome IS NULL
 RETURNING 1)
 SELECT ` + notify + ` FROM abandoned`,
 		channel: `SELECT ` + channel,
+		// The listener locks the keys whose payloads are $1, and unlocks
+		// those of $2, on the server session whose pid it returns.
+		relock: `SELECT pg_backend_pid(), (SELECT count(pg_advisory_lock_shared(` + waitLock("p") + `)) FROM unnest($1::text[]) p),
+	(SELECT count(pg_advisory_unlock_shared(` + waitLock("p") + `)) FROM unnest($2::text[]) p)`,
 		// Up to $2 settled rows not pruned yet, settled before $1, oldest
 		// first through the prunable index, become tombstones: the key, the
 		// withdrawal and the token stay, the rest is emptied (an empty

@@ -63,15 +63,19 @@ func TestMigrateIsIdempotent(t *testing.T) {
 }
 
 func TestMigrateFromManyInstancesAtOnce(t *testing.T) {
-	const instances = 8
-	pool := testPool(t, 2)
-	table := testTable(t, pool)
+	table := testTable(t, testPool(t, 2))
+	migrateAtOnce(t, 8, func() *pgxpool.Pool { return testPool(t, 1) }, table) // each instance its own connection
+}
+
+// migrateAtOnce runs Migrate of table from instances Stores, each on a pool
+// of its own from newPool, released together; every one succeeds.
+func migrateAtOnce(t *testing.T, instances int, newPool func() *pgxpool.Pool, table string) {
+	t.Helper()
 	var ready, done sync.WaitGroup
 	start := make(chan struct{})
 	errs := make(chan error, instances)
 	for range instances {
-		p := testPool(t, 1) // an instance of its own: its own connection
-		s, err := New[withdrawal](p, WithTable(table))
+		s, err := New[withdrawal](newPool(), WithTable(table))
 		require.NoError(t, err)
 		ready.Add(1)
 		done.Add(1)
@@ -208,6 +212,16 @@ func TestConformance(t *testing.T) {
 		storetest.Run(t, func(t *testing.T) (a, b driver.Store[storetest.Withdrawal]) {
 			st := newTestStore[storetest.Withdrawal](t, pool)
 			twin, err := New[storetest.Withdrawal](other, WithTable(st.names.base))
+			require.NoError(t, err)
+			return st, twin
+		})
+	})
+	t.Run("store/alone", func(t *testing.T) { // every claim and settle a statement of its own
+		other := testPool(t, 32)
+		storetest.Run(t, func(t *testing.T) (a, b driver.Store[storetest.Withdrawal]) {
+			st := newTestStore[storetest.Withdrawal](t, pool)
+			st.grouped = false
+			twin, err := New[storetest.Withdrawal](other, WithTable(st.names.base), WithoutGrouping())
 			require.NoError(t, err)
 			return st, twin
 		})

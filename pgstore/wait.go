@@ -3,10 +3,13 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemledger/submissions/driver"
 )
@@ -17,87 +20,278 @@ import (
 // breaks).
 const PollEvery = 2 * time.Second
 
+// ErrNoSession is WaitClaim's error on a Store whose listener's connection
+// turned out to be no session of its own: see WithListener.
+var ErrNoSession = errors.New("pgstore: wait: the listener's statements ran on two server sessions (a pooler in transaction mode?): give it a direct connection with WithListener")
+
 // WaitClaim implements driver.Waiter with LISTEN/NOTIFY: settling,
 // releasing or abandoning a claim, through any Store on the table, notifies
-// the table's channel in the same transaction. WaitClaim takes a connection of the pool
-// for itself while it waits, LISTENs, reads the row (so that a change made
-// before it listened is not missed), then waits for a notification naming
-// the key, reading the row again after each and every PollEvery, until the
-// claim is no longer in flight, or is abandoned (abandoned_at is set), or
-// ctx ends. While it waits it holds a shared
-// advisory lock named after the table, tenant and key, by which a settle or
-// release knows to notify: a change that nobody waits for sends no
-// notification. It UNLISTENs and unlocks before it gives the connection
-// back, and closes it instead when it cannot.
+// the table's channel in the same transaction. The WaitClaims of a Store
+// share one listener, a session of its own outside the pool, made (with the
+// pool's connection config, or WithListener's) when a wait begins and none
+// runs, and closed when the last wait ends: a wait holds no connection of the
+// pool, and reads the row through the pool. The listener LISTENs, and holds a
+// shared advisory lock named after the table, tenant and key of every key
+// waited for, by which a settle, release or abandon knows to notify: a change
+// that nobody waits for sends no notification. A wait reads the row once the
+// listener holds its key's lock (so that a change made before is not
+// missed), then again after each notification naming the key, every
+// PollEvery, and after the listener connected again when its connection
+// broke, until the claim is no longer in flight, or is abandoned
+// (abandoned_at is set), or ctx ends. When the listener cannot connect, every
+// wait under way ends with its error. When the listener finds its statements
+// run on two server sessions (a pooler in transaction mode), every wait under
+// way and every later WaitClaim of the Store fails with ErrNoSession.
 func (s *Store[R]) WaitClaim(ctx context.Context, tenant, key string, token driver.Token) (driver.Record[R], bool, error) {
 	return s.waitClaim(ctx, tenant, key, token, PollEvery)
 }
 
 // waitClaim is WaitClaim, reading the row every poll.
 func (s *Store[R]) waitClaim(ctx context.Context, tenant, key string, token driver.Token, poll time.Duration) (rec driver.Record[R], ok bool, err error) {
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return rec, false, s.translate(err)
+	w := s.enter(waitPayload(tenant, key))
+	defer s.leave(w)
+	if err := s.failed(w); err != nil {
+		return rec, false, err
 	}
-	listening := false
-	defer func() {
-		if listening && !s.unlisten(conn.Conn()) {
-			_ = conn.Conn().Close(context.Background()) // the pool drops a closed connection
-		}
-		conn.Release()
-	}()
-	var channel string
-	if err := conn.QueryRow(ctx, s.sql.channel).Scan(&channel); err != nil {
-		return rec, false, s.translate(err)
-	}
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
-		return rec, false, s.translate(err)
-	}
-	listening = true
-	payload := waitPayload(tenant, key)
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock_shared(hashtextextended('submissions wait ' || $1::text || ' ' || $2::text, 0))`, channel, payload); err != nil {
-		return rec, false, s.translate(err)
-	}
+	t := time.NewTimer(poll)
+	defer t.Stop()
 	for {
-		if rec, ok, err = s.lookupOn(ctx, conn.Conn(), tenant, key); err != nil || !ok || rec.Done || rec.Abandoned || rec.Token != token {
-			return rec, ok, err
+		select {
+		case <-w.wake:
+		case <-t.C:
+		case <-ctx.Done():
+			return rec, false, ctx.Err()
 		}
-		if err := s.notified(ctx, conn.Conn(), payload, poll); err != nil {
+		if err := s.failed(w); err != nil {
 			return rec, false, err
 		}
+		if rec, ok, err = s.Lookup(ctx, tenant, key); err != nil || !ok || rec.Done || rec.Abandoned || rec.Token != token {
+			return rec, ok, err
+		}
+		t.Reset(poll)
 	}
 }
 
-// notified waits on conn for a notification with payload, until poll has
-// passed or ctx ends (ctx's error).
-func (s *Store[R]) notified(ctx context.Context, conn *pgx.Conn, payload string, poll time.Duration) error {
-	wctx, cancel := context.WithTimeout(ctx, poll)
-	defer cancel()
+// waits are a Store's WaitClaims under way, and its listener's controls.
+type waits struct {
+	mu        sync.Mutex
+	keys      map[string][]*waiter // the waits, by the payload of their key's notifications; empty when no listener runs
+	stop      context.CancelFunc   // ends the listener
+	interrupt context.CancelFunc   // ends the listener's wait for notifications, to lock and unlock keys
+	refused   error                // ErrNoSession, once the listener found it
+}
+
+// A waiter is one WaitClaim.
+type waiter struct {
+	payload string
+	wake    chan struct{} // a token: read the row
+	armed   bool          // woken since the listener's connection holds its key's lock
+	err     error         // why the listener failed
+}
+
+// signal wakes w, unless it has a wake to take already.
+func (w *waiter) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// enter adds a wait of the key whose notifications have payload, and starts
+// the listener when none runs.
+func (s *Store[R]) enter(payload string) *waiter {
+	w := &waiter{payload: payload, wake: make(chan struct{}, 1)}
+	l := &s.waits
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.refused != nil {
+		w.err = l.refused
+		return w
+	}
+	if len(l.keys) == 0 {
+		var ctx context.Context
+		ctx, l.stop = context.WithCancel(context.Background())
+		l.keys, l.interrupt = map[string][]*waiter{}, func() {}
+		go s.listen(ctx)
+	}
+	l.keys[payload] = append(l.keys[payload], w)
+	l.interrupt()
+	return w
+}
+
+// leave removes w, and stops the listener when no wait is left. w may have
+// been removed already, by a failure of the listener.
+func (s *Store[R]) leave(w *waiter) {
+	l := &s.waits
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ws := slices.DeleteFunc(l.keys[w.payload], func(x *waiter) bool { return x == w }); len(ws) != 0 {
+		l.keys[w.payload] = ws
+	} else {
+		delete(l.keys, w.payload)
+	}
+	if len(l.keys) == 0 {
+		l.stop()
+	}
+	l.interrupt()
+}
+
+// failed returns the error the listener failed w with, if it did.
+func (s *Store[R]) failed(w *waiter) error {
+	s.waits.mu.Lock()
+	defer s.waits.mu.Unlock()
+	return w.err
+}
+
+// listen is a Store's listener, until ctx ends. On its connection it holds
+// the lock of each key waited for, waking the key's waits when they are
+// armed (when it has the lock) and when a notification names the key. When
+// its connection breaks it connects again; when it cannot, it fails every
+// wait.
+func (s *Store[R]) listen(ctx context.Context) {
+	var conn *pgx.Conn
+	var session uint32          // the server's pid of conn's session
+	locked := map[string]bool{} // the payloads whose locks conn holds
 	for {
-		n, err := conn.WaitForNotification(wctx)
+		var err error
+		if conn == nil {
+			if conn, session, err = s.listenOn(ctx); err != nil {
+				s.fail(ctx, err, false)
+				return
+			}
+			clear(locked)
+		}
+		lock, unlock, wctx := s.arm(ctx, locked)
 		switch {
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case errors.Is(err, context.DeadlineExceeded) || wctx.Err() != nil:
-			return nil // time to read the row again
-		case err != nil:
-			return err
-		case n.Payload == payload:
-			return nil
+		case wctx == nil: // stopped
+			_ = conn.Close(context.Background())
+			return
+		case len(lock) != 0 || len(unlock) != 0:
+			var pid uint32
+			var n1, n2 int64
+			if err = conn.QueryRow(ctx, s.sql.relock, lock, unlock).Scan(&pid, &n1, &n2); err == nil && pid != session {
+				_ = conn.Close(context.Background())
+				s.fail(ctx, ErrNoSession, true)
+				return
+			}
+			if err == nil {
+				for _, p := range lock {
+					locked[p] = true
+				}
+				for _, p := range unlock {
+					delete(locked, p)
+				}
+			}
+		default:
+			err = s.notifications(wctx, conn)
+		}
+		if err != nil { // connect again: every wait is armed again once its key is locked
+			_ = conn.Close(context.Background())
+			conn = nil
 		}
 	}
 }
 
-// unlisten stops conn listening, and reports whether conn is fit to go back
-// to the pool.
-func (s *Store[R]) unlisten(conn *pgx.Conn) bool {
-	if conn.IsClosed() {
-		return false
+// listenOn connects the listener and LISTENs on the table's channel; it
+// returns the connection and the server's pid of its session.
+func (s *Store[R]) listenOn(ctx context.Context) (*pgx.Conn, uint32, error) {
+	cfg := s.listener
+	if cfg == nil {
+		cfg = s.pool.Config().ConnConfig
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_, err := conn.Exec(ctx, "UNLISTEN *; SELECT pg_advisory_unlock_all()")
-	return err == nil
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, 0, err
+	}
+	var channel string
+	var pid uint64
+	if err = conn.QueryRow(ctx, s.sql.channel).Scan(&channel); err == nil {
+		// One simple query is one transaction, on one session even through
+		// a pooler: the session that listens is the one whose pid it gives.
+		var rs []*pgconn.Result
+		rs, err = conn.PgConn().Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()+"; SELECT pg_backend_pid()").ReadAll()
+		if err == nil {
+			pid, err = strconv.ParseUint(string(rs[1].Rows[0][0]), 10, 32)
+		}
+	}
+	if err != nil {
+		_ = conn.Close(context.Background())
+		return nil, 0, s.translate(err)
+	}
+	return conn, uint32(pid), nil
+}
+
+// arm wakes the waits whose keys are locked now and were not, and returns
+// the keys to lock and to unlock, and the context of a wait for
+// notifications, which ends when a wait enters or leaves; or a nil context
+// when ctx has ended.
+func (s *Store[R]) arm(ctx context.Context, locked map[string]bool) (lock, unlock []string, wctx context.Context) {
+	l := &s.waits
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ctx.Err() != nil {
+		return nil, nil, nil
+	}
+	for p, ws := range l.keys {
+		if !locked[p] {
+			lock = append(lock, p)
+		}
+		for _, w := range ws {
+			if locked[p] && !w.armed {
+				w.signal()
+			}
+			w.armed = locked[p]
+		}
+	}
+	for p := range locked {
+		if l.keys[p] == nil {
+			unlock = append(unlock, p)
+		}
+	}
+	l.interrupt()
+	wctx, l.interrupt = context.WithCancel(ctx)
+	return lock, unlock, wctx
+}
+
+// notifications wakes the waits of the key each notification on conn names,
+// until wctx ends (nil) or conn fails (its error).
+func (s *Store[R]) notifications(wctx context.Context, conn *pgx.Conn) error {
+	for {
+		n, err := conn.WaitForNotification(wctx)
+		if err != nil {
+			if wctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		s.waits.mu.Lock()
+		for _, w := range s.waits.keys[n.Payload] {
+			w.signal()
+		}
+		s.waits.mu.Unlock()
+	}
+}
+
+// fail ends every wait with err, unless ctx has ended: the next wait starts
+// another listener, unless sticky, when every later wait fails with err.
+func (s *Store[R]) fail(ctx context.Context, err error, sticky bool) {
+	l := &s.waits
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if sticky {
+		l.refused = err
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	for _, ws := range l.keys {
+		for _, w := range ws {
+			w.err = err
+			w.signal()
+		}
+	}
+	clear(l.keys)
+	l.stop()
 }
 
 // querier is a pool or one of its connections.

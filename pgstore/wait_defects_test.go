@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -36,24 +35,6 @@ type settleFails struct {
 
 func (s settleFails) Settle(ctx context.Context, tenant, key string, token driver.Token, outcome w) (driver.Record[w], bool, error) {
 	return s.settle(ctx, tenant, key, token, outcome)
-}
-
-// waiting reports whether, within prompt, a session waits in a WaitClaim on
-// table: it holds a waiter's shared advisory lock, and its last statement
-// read a row of table.
-func waiting(t *testing.T, pool *pgxpool.Pool, table string) bool {
-	t.Helper()
-	lookup := `FROM "` + table + `" WHERE tenant = $1 AND request_key = $2`
-	for deadline := time.Now().Add(prompt); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		var n int
-		err := pool.QueryRow(bg, `SELECT count(*) FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid
-WHERE l.locktype = 'advisory' AND l.mode = 'ShareLock' AND l.granted AND a.state = 'idle' AND position($1 in a.query) > 0`, lookup).Scan(&n)
-		require.NoError(t, err)
-		if n > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // waitResult is what a ledger's Wait returned, and when.
@@ -149,7 +130,7 @@ func TestAWaitElsewhereLearnsASendWhoseSettleFailed(t *testing.T) {
 			}()
 			<-sending
 			waited := goWait(b, "req-1")
-			require.True(t, waiting(t, poolA, st.names.base), "B's Wait waits in the store")
+			requireLocked(t, poolA, st, "req-1", 1) // B's Wait waits in the store
 			start := time.Now()
 			release()
 			s := <-submit

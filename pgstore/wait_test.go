@@ -31,18 +31,6 @@ func goWaitClaim(ctx context.Context, st *Store[w], key string, token driver.Tok
 	return done
 }
 
-// requireListening stops t unless a session, within ten seconds, is idle
-// after reading key's row of table: a WaitClaim that listens and waits.
-func requireListening(t *testing.T, pool *pgxpool.Pool, table string) {
-	t.Helper()
-	lookup := `FROM "` + table + `" WHERE tenant = $1 AND request_key = $2`
-	require.Eventually(t, func() bool {
-		var n int
-		err := pool.QueryRow(bg, `SELECT count(*) FROM pg_stat_activity WHERE state = 'idle' AND position($1 in query) > 0`, lookup).Scan(&n)
-		return err == nil && n > 0
-	}, 10*time.Second, 5*time.Millisecond)
-}
-
 // requireGivenBack stops t unless every connection of pool is back in it,
 // none listening. A connection closed instead of given back leaves the pool
 // a moment later (the pool destroys it on a goroutine of its own): it has ten
@@ -82,7 +70,7 @@ func TestWaitClaimHearsAnotherPool(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, claimed)
 		done := goWaitClaim(bg, b, key, rec.Token, time.Hour)
-		requireListening(t, poolA, a.names.base)
+		requireLocked(t, poolA, a, key, 1)
 		start := time.Now()
 		if settle {
 			_, ok, err := a.Settle(bg, "", key, rec.Token, sent(x, "0x1"))
@@ -114,7 +102,7 @@ func TestWaitClaimReadsAgainWhenANotificationIsLost(t *testing.T) {
 	rec, _, err := st.Claim(bg, "", "req-1", x.Fingerprint(), nil)
 	require.NoError(t, err)
 	done := goWaitClaim(bg, st, "req-1", rec.Token, 50*time.Millisecond)
-	requireListening(t, pool, st.names.base)
+	requireLocked(t, pool, st, "req-1", 1)
 	encoded, err := st.encode("req-1", sent(x, "0x1"))
 	require.NoError(t, err)
 	_, err = pool.Exec(bg, `UPDATE `+st.names.table+` SET outcome = $1, settled_at = now() WHERE request_key = 'req-1'`, encoded)
@@ -126,12 +114,14 @@ func TestWaitClaimReadsAgainWhenANotificationIsLost(t *testing.T) {
 	requireGivenBack(t, pool)
 }
 
-// TestWaitClaimGivesItsConnectionBack: however a WaitClaim ends (ctx, an
-// outcome, a claim that is not in flight), its connection goes back to the
-// pool, listening to nothing; the waits of a ledger take one connection each
-// while they wait, and leave the rest to other calls.
-func TestWaitClaimGivesItsConnectionBack(t *testing.T) {
-	pool := testPool(t, 3)
+// TestWaitClaimHoldsNoConnectionOfThePool: a WaitClaim ends with its ctx,
+// and at once for a claim that is not in flight; the Waits of a key through
+// a Store whose pool has one connection leave it free for the Resolve that
+// ends them (a Wait that held it would keep the Resolve from being recorded
+// until the Waits' contexts ended); and the pool's connections never listen
+// nor hold a waiter's lock.
+func TestWaitClaimHoldsNoConnectionOfThePool(t *testing.T) {
+	pool, observer := testPool(t, 1), testPool(t, 1)
 	st := newTestStore[w](t, pool)
 	x := newW("w-1")
 	// Claimed as a ledger claims, with the canonical fingerprint, since a
@@ -143,11 +133,14 @@ func TestWaitClaimGivesItsConnectionBack(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(bg)
 	done := goWaitClaim(ctx, st, "req-1", rec.Token, time.Hour)
-	requireListening(t, pool, st.names.base)
-	assert.EqualValues(t, 1, pool.Stat().AcquiredConns(), "a wait holds one connection")
+	requireLocked(t, observer, st, "req-1", 1)
 	cancel()
-	got := <-done
-	require.ErrorIs(t, got.err, context.Canceled)
+	select {
+	case got := <-done:
+		require.ErrorIs(t, got.err, context.Canceled)
+	case <-time.After(soon):
+		require.FailNow(t, "a WaitClaim did not end with its ctx")
+	}
 	requireGivenBack(t, pool)
 
 	_, _, err = st.WaitClaim(bg, "", "req-1", rec.Token+1)
@@ -155,26 +148,32 @@ func TestWaitClaimGivesItsConnectionBack(t *testing.T) {
 	_, ok, err := st.WaitClaim(bg, "", "req-unknown", 1)
 	require.NoError(t, err)
 	require.False(t, ok)
-	requireGivenBack(t, pool)
 
 	ledger := submissions.NewWithStore[w](st, submissions.WithLogger(quiet))
 	elsewhere := submissions.NewWithStore[w](struct {
 		driver.Store[w]
 		driver.Waiter[w]
 	}{st, st}, submissions.WithLogger(quiet))
-	_, err = ledger.Submit(bg, "req-2", newW("w-2"), nil)
-	require.NoError(t, err)
-	waits := make(chan error, 2)
-	for range 2 {
+	waits := make(chan error, 4)
+	for range cap(waits) {
 		go func() {
-			_, err := elsewhere.Wait(bg, "req-1")
+			ctx, cancel := context.WithTimeout(bg, time.Minute)
+			defer cancel()
+			_, err := elsewhere.Wait(ctx, "req-1")
 			waits <- err
 		}()
 	}
-	require.Eventually(t, func() bool { return pool.Stat().AcquiredConns() == 2 }, 10*time.Second, 5*time.Millisecond)
-	require.NoError(t, ledger.Resolve(bg, "req-1", sent(x, "0x1")))
-	for range 2 {
-		require.NoError(t, <-waits)
+	requireLocked(t, observer, st, "req-1", 1)
+	rctx, cancel := context.WithTimeout(bg, soon)
+	defer cancel()
+	require.NoError(t, ledger.Resolve(rctx, "req-1", sent(x, "0x1")), "Resolve while the Waits wait")
+	for range cap(waits) {
+		select {
+		case err := <-waits:
+			require.NoError(t, err)
+		case <-time.After(soon):
+			require.FailNow(t, "a Wait did not end after the Resolve")
+		}
 	}
 	requireGivenBack(t, pool)
 }
@@ -204,7 +203,7 @@ func TestWaitClaimHearsAnAbandon(t *testing.T) {
 			poll = 50 * time.Millisecond
 		}
 		done := goWaitClaim(bg, b, key, rec.Token, poll)
-		requireListening(t, poolA, a.names.base)
+		requireLocked(t, poolA, a, key, 1)
 		start := time.Now()
 		if notified {
 			require.NoError(t, a.Abandon(bg, "", key, rec.Token))

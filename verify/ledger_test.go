@@ -25,6 +25,7 @@ import (
 // linearizability checks record concurrent histories with the same calls.
 
 func TestMain(m *testing.M) {
+	runFailoverChild() // the test binary as a process of TestFailover
 	goleak.VerifyTestMain(m)
 }
 

@@ -109,7 +109,7 @@ func testNotSentLeavesANewClaimMadeMeanwhile(t *testing.T, newStore Factory) {
 // often says nothing moved, or fails having moved nothing (the key left in
 // flight), with operators who release the key (through the ledger that
 // sends, which refuses while a send runs) and resolve it (through another
-// instance): the rail never runs two sends of the withdrawal at once, and
+// instance, once a release has freed a claim): the rail never runs two sends of the withdrawal at once, and
 // moves its money at most once.
 func testNotSentRacingReleasesAndResolvesSendsOnce(t *testing.T, newStore Factory) {
 	var released atomic.Int64 // operators' releases that freed a claim, over all rounds
@@ -117,7 +117,7 @@ func testNotSentRacingReleasesAndResolvesSendsOnce(t *testing.T, newStore Factor
 		f := setUp(t, newStore)
 		other := f.elsewhere()
 		w := newWithdrawal(fmt.Sprint("w-", round))
-		var running, overlaps, moved atomic.Int64
+		var running, overlaps, moved, freed atomic.Int64
 		send := func(ctx context.Context, w Withdrawal) (Withdrawal, error) {
 			if running.Add(1) > 1 {
 				overlaps.Add(1)
@@ -164,13 +164,17 @@ func testNotSentRacingReleasesAndResolvesSendsOnce(t *testing.T, newStore Factor
 				case i%2 == 0: // releases the claim, whoever holds it, while the clients run
 					for clientsLeft.Load() > 0 {
 						if holder, ok, _ := f.s.ClaimedBy(bg, w.ID); ok {
-							report("releaser", f.s.Release(bg, holder))
+							err := f.s.Release(bg, holder)
+							if err == nil {
+								freed.Add(1)
+							}
+							report("releaser", err)
 						}
 						runtime.Gosched()
 					}
-				default: // resolves a key once, at some moment while the clients run
+				default: // resolves a key once, at some moment after a release, while the clients run
 					for clientsLeft.Load() > 0 {
-						if rand.IntN(64) == 0 {
+						if freed.Load() > 0 && rand.IntN(64) == 0 {
 							report("resolver", other.Resolve(bg, fmt.Sprint("req-", i%2), w.sent("0xtx-operator")))
 							return
 						}
