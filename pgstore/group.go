@@ -306,11 +306,13 @@ func deadlocked(err error) bool {
 }
 
 // groupFailed is a grouped claim's answer when its group's statement failed
-// with err: errAlone when the server refused it (nothing of it was written,
-// and the claim is made alone), and otherwise the error, translated.
+// with err: errAlone when the server refused the statement (an ERROR: nothing
+// of it was written, and the claim is made alone), and otherwise the error,
+// translated: a connection that failed, or a session the server ended
+// (FATAL, as when it shuts down, maybe after its commit), may have written it.
 func groupFailed(err, translated error) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
+	if errors.As(err, &pgErr) && cmp.Or(pgErr.SeverityUnlocalized, pgErr.Severity) == "ERROR" {
 		return fmt.Errorf("%w: %w", errAlone, err)
 	}
 	return translated

@@ -435,16 +435,23 @@ func TestGroupsThatCrossGiveWay(t *testing.T) {
 }
 
 // TestAGroupFailingOnTheServerLeavesItsClaimsAlone: when the server refuses
-// a group's statement, nothing of it was written and each claim is left to be
-// made alone; an error of the connection is every claim's.
+// a group's statement (an ERROR), nothing of it was written and each claim is
+// left to be made alone; an error of the connection, or a session the server
+// ended (FATAL, which may come after the commit), is every claim's.
 func TestAGroupFailingOnTheServerLeavesItsClaimsAlone(t *testing.T) {
-	server := &pgconn.PgError{Code: "40P01", Message: "deadlock detected"}
+	server := &pgconn.PgError{Severity: "ERROR", Code: "40P01", Message: "deadlock detected"}
 	assert.ErrorIs(t, groupFailed(server, server), errAlone)
 	assert.ErrorIs(t, groupFailed(server, server), server, "the server's error stays")
 	assert.True(t, deadlocked(fmt.Errorf("claim: %w", server)))
 	assert.False(t, deadlocked(&pgconn.PgError{Code: "23505"}))
 	conn := errors.New("connection reset")
 	assert.Same(t, conn, groupFailed(conn, conn))
+	ended := &pgconn.PgError{Severity: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"}
+	assert.Same(t, ended, groupFailed(ended, ended), "a session the server ended")
+	localized := &pgconn.PgError{Severity: "FEHLER", SeverityUnlocalized: "ERROR", Code: "40P01"}
+	assert.ErrorIs(t, groupFailed(localized, localized), errAlone, "a refusal in another language")
+	localized = &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "FATAL", Code: "57P01"}
+	assert.Same(t, localized, groupFailed(localized, localized), "an end of the session, whatever the language")
 }
 
 // TestAGroupedClaimWhoseCallerLeftIsReleased: a claim that its group's
