@@ -296,21 +296,11 @@ func TestWaitsEndWhenTheirListenerCannotConnect(t *testing.T) {
 func waitChild() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cfg, err := pgxpool.ParseConfig(os.Getenv(urlVar))
-	if err != nil {
-		return err
-	}
-	cfg.MaxConns = 2
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	pool, ledger, err := childLedger(ctx, 2)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	st, err := New[w](pool, WithTable(os.Getenv("PGSTORE_TEST_TABLE")))
-	if err != nil {
-		return err
-	}
-	ledger := submissions.NewWithStore[w](st, submissions.WithLogger(quiet))
 	var out sync.Mutex
 	var wg sync.WaitGroup
 	for _, key := range strings.Split(os.Getenv("PGSTORE_TEST_KEYS"), ",") {

@@ -46,16 +46,11 @@ func child(role string) error {
 		return waitChild()
 	}
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv(urlVar))
+	pool, ledger, err := childLedger(ctx, 0)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	st, err := New[w](pool, WithTable(os.Getenv("PGSTORE_TEST_TABLE")))
-	if err != nil {
-		return err
-	}
-	ledger := submissions.NewWithStore[w](st, submissions.WithLogger(quiet))
 	rail := func(ctx context.Context, x w) (w, error) {
 		if os.Getenv("PGSTORE_TEST_NOT_SENT") != "" && rand.IntN(2) == 0 {
 			return w{}, fmt.Errorf("rail busy: %w", submissions.ErrNotSent) // and it moved nothing
@@ -79,6 +74,29 @@ func child(role string) error {
 		return err
 	}
 	return fmt.Errorf("unknown role %q", role)
+}
+
+// childLedger returns a ledger over the table PGSTORE_TEST_TABLE names, on
+// a pool of conns connections (pgxpool's default for 0), for a child
+// process; the caller closes the pool.
+func childLedger(ctx context.Context, conns int32) (*pgxpool.Pool, *submissions.Submissions[w], error) {
+	cfg, err := pgxpool.ParseConfig(os.Getenv(urlVar))
+	if err != nil {
+		return nil, nil, err
+	}
+	if conns > 0 {
+		cfg.MaxConns = conns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := New[w](pool, WithTable(os.Getenv("PGSTORE_TEST_TABLE")))
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return pool, submissions.NewWithStore[w](st, submissions.WithLogger(quiet)), nil
 }
 
 // race submits every withdrawal from several goroutines, once the parent says
