@@ -19,14 +19,16 @@ import (
 // Grouping: the fresh claims, and the settles, that a Store's callers make
 // while one of its statements of that kind runs are made together in the
 // next, one statement for all (a group). A call that finds fewer than
-// maxGroups groups of its kind running starts one at once, with every call
-// queued then: a lone call waits for nobody, and runs the statement it would
-// run alone. In a group of several, each row is still decided alone by the
+// maxGroups groups of its kind running (none is queued then) runs its own
+// statement at once, in its own goroutine: a lone call waits for nobody, and
+// runs the statement it would run alone. In a group of several, each row is still decided alone by the
 // table's constraints: a claim the group's INSERT did not make (its key or
 // its withdrawal was taken, by another row of the group or anyone else) is
 // made again on its own, and a settle the UPDATE did not make is read as a
 // lone one is. A group's statement runs until it ends or every caller's
-// context has ended.
+// context has ended; a caller whose context ends leaves at once, as it would
+// leave a statement of its own, and what its group then makes for it is
+// handed to the group's orphaned (a claim is released).
 
 // maxGroups is how many groups of a kind a Store runs at once.
 const maxGroups = 2
@@ -40,10 +42,12 @@ type group[Q, A any] struct {
 	mu      sync.Mutex
 	queue   []*call[Q, A]
 	running int
-	// run answers each call, all of them, and is called with two or more
-	// (one runs on its own: alone).
+	// run sets the answer of each call, all of them, and is called with two
+	// or more (one runs on its own: alone).
 	run   func(ctx context.Context, calls []*call[Q, A])
 	alone func(ctx context.Context, q Q) (A, error)
+	// orphaned, if set, is given the answer of a call whose caller left.
+	orphaned func(q Q, a A, err error)
 }
 
 // A call is one caller's request in a group, and its answer.
@@ -54,36 +58,58 @@ type call[Q, A any] struct {
 	err      error
 	panicked any // what its group's statement panicked with
 	done     chan struct{}
+	state    atomic.Int32 // waiting, then answered or left
 }
 
-// do runs q in a group, and returns its answer.
+// The states of a call.
+const (
+	waiting int32 = iota
+	answered
+	left
+)
+
+// do runs q alone when fewer than maxGroups groups run (no call is queued
+// then), and otherwise in the next group; it returns q's answer, or ctx's
+// error as soon as ctx ends.
 func (g *group[Q, A]) do(ctx context.Context, q Q) (A, error) {
-	c := &call[Q, A]{ctx: ctx, q: q, done: make(chan struct{})}
 	g.mu.Lock()
-	g.queue = append(g.queue, c)
-	lead := g.running < maxGroups
-	if lead {
+	if g.running < maxGroups {
 		g.running++
+		g.mu.Unlock()
+		defer g.next()
+		return g.alone(ctx, q)
 	}
+	c := &call[Q, A]{ctx: ctx, q: q, done: make(chan struct{})}
+	g.queue = append(g.queue, c)
 	g.mu.Unlock()
-	if lead {
-		g.lead()
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		if c.state.CompareAndSwap(waiting, left) {
+			var none A
+			return none, ctx.Err()
+		}
+		<-c.done // answered meanwhile
 	}
-	<-c.done
 	if c.panicked != nil {
 		panic(c.panicked)
 	}
 	return c.a, c.err
 }
 
-// lead runs the calls queued now as one group, then goes on, in a goroutine
-// of its own, while calls are queued.
-func (g *group[Q, A]) lead() {
-	g.mu.Lock()
-	calls := g.queue
-	g.queue = nil
-	g.mu.Unlock()
-	g.runGroup(calls)
+// answer gives c its answer, or hands it to g.orphaned if c's caller left.
+func (g *group[Q, A]) answer(c *call[Q, A]) {
+	switch {
+	case c.state.CompareAndSwap(waiting, answered):
+		close(c.done)
+	case g.orphaned != nil:
+		g.orphaned(c.q, c.a, c.err)
+	}
+}
+
+// next, when a group ends, runs the calls queued meanwhile, in a goroutine
+// of its own, or else counts the group as ended.
+func (g *group[Q, A]) next() {
 	g.mu.Lock()
 	more := len(g.queue) != 0
 	if !more {
@@ -95,15 +121,32 @@ func (g *group[Q, A]) lead() {
 	}
 }
 
+// lead runs the calls queued now as one group, and again while calls are
+// queued.
+func (g *group[Q, A]) lead() {
+	for {
+		g.mu.Lock()
+		calls := g.queue
+		g.queue = nil
+		if len(calls) == 0 {
+			g.running--
+			g.mu.Unlock()
+			return
+		}
+		g.mu.Unlock()
+		g.runGroup(calls)
+	}
+}
+
 // runGroup answers calls: a call whose context has ended with its error, one
 // left alone on its own, and several with run, under a context that ends
-// when all of theirs have. A panic is every unanswered caller's.
+// when all of theirs have. A panic is every waiting caller's.
 func (g *group[Q, A]) runGroup(calls []*call[Q, A]) {
 	live := calls[:0:0]
 	for _, c := range calls {
 		if err := c.ctx.Err(); err != nil {
 			c.err = err
-			close(c.done)
+			g.answer(c)
 			continue
 		}
 		live = append(live, c)
@@ -111,9 +154,7 @@ func (g *group[Q, A]) runGroup(calls []*call[Q, A]) {
 	defer func() {
 		if p := recover(); p != nil {
 			for _, c := range live {
-				select {
-				case <-c.done:
-				default:
+				if c.state.CompareAndSwap(waiting, answered) {
 					c.panicked = p
 					close(c.done)
 				}
@@ -126,12 +167,14 @@ func (g *group[Q, A]) runGroup(calls []*call[Q, A]) {
 	case 1:
 		c := live[0]
 		c.a, c.err = g.alone(c.ctx, c.q)
-		close(c.done)
-		return
+	default:
+		ctx, stop := jointContext(live)
+		defer stop()
+		g.run(ctx, live)
 	}
-	ctx, stop := jointContext(live)
-	defer stop()
-	g.run(ctx, live)
+	for _, c := range live {
+		g.answer(c)
+	}
 }
 
 // jointContext returns a context, with the values of the first call's, that
@@ -184,6 +227,11 @@ func (s *Store[R]) initGroups() {
 		return token, s.translate(err)
 	}
 	s.claims.run = s.claimGroup
+	s.claims.orphaned = func(q claimReq, token int64, err error) {
+		if err == nil { // made for a caller who left: released, as unclaim does
+			go func() { _ = s.unclaim(context.Background(), q.tenant, q.key, token) }()
+		}
+	}
 	s.settles.alone = func(ctx context.Context, q settleReq) (settled, error) {
 		var a settled
 		err := s.pool.QueryRow(ctx, s.sql.settle, q.tenant, q.key, int64(q.token), q.encoded).Scan(&a.fp.WithdrawalID, &a.fp.Amount, &a.fp.Currency, &a.fp.Destination, nil)
@@ -249,9 +297,6 @@ func (s *Store[R]) claimGroup(ctx context.Context, calls []*call[claimReq, int64
 			c.err = errAlone
 		}
 	}
-	for _, c := range calls {
-		close(c.done)
-	}
 }
 
 // settleGroup writes the outcomes of calls in one statement, and notifies
@@ -293,7 +338,6 @@ func (s *Store[R]) settleGroup(ctx context.Context, calls []*call[settleReq, set
 		if err != nil && c.err == nil {
 			c.err = errAlone
 		}
-		close(c.done)
 	}
 }
 

@@ -479,3 +479,110 @@ func TestAListenerWhoseLockFailsConnectsAgain(t *testing.T) {
 		t.Fatal("the wait did not end after the settle")
 	}
 }
+
+// TestANotificationIsReadWhileTheListenerLocksOtherKeys: a notification
+// that reaches the listener while it locks the keys of waits that come and
+// go wakes its wait at the end of that statement, not once the listener
+// finds nothing to lock (which, with waits coming and going, may be never).
+// Here each lock of the listener waits for a transaction that holds the key
+// exclusively, as a settle does while it commits, so that it always has
+// another key to lock.
+func TestANotificationIsReadWhileTheListenerLocksOtherKeys(t *testing.T) {
+	pool := testPool(t, 8)
+	st := newTestStore[w](t, pool)
+	ctx, cancel := context.WithTimeout(bg, time.Minute)
+	defer cancel()
+	lockKey := `hashtextextended('submissions wait ' || (` + strings.TrimPrefix(st.sql.channel, "SELECT ") + `) || ' ' || $1, 0)`
+	hold := func(key string) (unlock func()) { // the key's exclusive wait lock, in a transaction
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, `SELECT pg_advisory_xact_lock(`+lockKey+`)`, waitPayload("", key))
+		require.NoError(t, err)
+		var once sync.Once
+		unlock = func() { once.Do(func() { require.NoError(t, tx.Rollback(bg)) }) }
+		t.Cleanup(unlock)
+		return unlock
+	}
+	blocked := func(key string) { // the listener waits for key's lock
+		t.Helper()
+		require.Eventually(t, func() bool {
+			var n int
+			err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND mode = 'ShareLock' AND NOT granted
+AND (classid::bigint << 32) | objid::bigint = `+lockKey, waitPayload("", key)).Scan(&n)
+			return err == nil && n == 1
+		}, soon, 5*time.Millisecond, "the listener waiting for the lock of %s", key)
+	}
+	tokens := map[string]driver.Token{}
+	for _, k := range []string{"a", "b", "c", "d"} {
+		rec, _, err := st.Claim(ctx, "", k, newW("w-"+k).Fingerprint(), nil)
+		require.NoError(t, err)
+		tokens[k] = rec.Token
+	}
+	unlockB, unlockC, unlockD := hold("b"), hold("c"), hold("d")
+	wctx, leave := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer leave()
+	done := make(chan waited, 1)
+	go func() {
+		rec, ok, err := st.waitClaim(ctx, "", "a", tokens["a"], time.Hour)
+		done <- waited{rec, ok, err}
+	}()
+	requireLocked(t, pool, st, "a", 1)
+	wait := func(k string) { wg.Go(func() { _, _, _ = st.waitClaim(wctx, "", k, tokens[k], time.Hour) }) }
+	wait("b")
+	blocked("b")
+	// Notified now, the listener reads it after its lock of b (the server
+	// sends it once that statement has ended), in its lock of c.
+	_, settled, err := st.Settle(ctx, "", "a", tokens["a"], sent(newW("w-a"), "0xa"))
+	require.NoError(t, err)
+	require.True(t, settled)
+	wait("c")
+	unlockB()
+	blocked("c")
+	wait("d")
+	unlockC() // the lock of c ends; the listener goes on to lock d, and waits
+	blocked("d")
+	select {
+	case got := <-done:
+		require.NoError(t, got.err)
+		require.True(t, got.ok)
+		assert.True(t, got.rec.Done, "the outcome of a")
+	case <-time.After(soon):
+		t.Fatal("the wait of a did not end while the listener waited to lock another key")
+	}
+	unlockD()
+}
+
+// TestAListenerIgnoresTheConfigsNotificationHandler: with a notification
+// handler in the pool's connection config (pgx then keeps no notification
+// for WaitForNotification), the listener still hears its notifications.
+func TestAListenerIgnoresTheConfigsNotificationHandler(t *testing.T) {
+	var handled atomic.Int32
+	pool := testPoolWith(t, 4, func(c *pgxpool.Config) {
+		c.ConnConfig.OnNotification = func(*pgconn.PgConn, *pgconn.Notification) { handled.Add(1) }
+	})
+	st := newTestStore[w](t, pool)
+	rec, _, err := st.Claim(bg, "", "req-1", newW("w-1").Fingerprint(), nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(bg, time.Minute)
+	defer cancel()
+	done := make(chan waited, 1)
+	go func() {
+		rec, ok, err := st.waitClaim(ctx, "", "req-1", rec.Token, time.Hour)
+		done <- waited{rec, ok, err}
+	}()
+	requireLocked(t, pool, st, "req-1", 1)
+	want, settled, err := st.Settle(bg, "", "req-1", rec.Token, sent(newW("w-1"), "0x1"))
+	require.NoError(t, err)
+	require.True(t, settled)
+	select {
+	case got := <-done:
+		require.NoError(t, got.err)
+		require.True(t, got.ok)
+		assert.Equal(t, want, got.rec)
+	case <-time.After(soon):
+		t.Fatal("the wait did not hear the settle")
+	}
+	assert.Zero(t, handled.Load(), "notifications the pool's own connections took")
+}

@@ -24,24 +24,25 @@ const PollEvery = 2 * time.Second
 // turned out to be no session of its own: see WithListener.
 var ErrNoSession = errors.New("pgstore: wait: the listener's statements ran on two server sessions (a pooler in transaction mode?): give it a direct connection with WithListener")
 
-// WaitClaim implements driver.Waiter with LISTEN/NOTIFY: settling,
-// releasing or abandoning a claim, through any Store on the table, notifies
-// the table's channel in the same transaction. The WaitClaims of a Store
-// share one listener, a session of its own outside the pool, made (with the
-// pool's connection config, or WithListener's) when a wait begins and none
-// runs, and closed when the last wait ends: a wait holds no connection of the
-// pool, and reads the row through the pool. The listener LISTENs, and holds a
-// shared advisory lock named after the table, tenant and key of every key
-// waited for, by which a settle, release or abandon knows to notify: a change
-// that nobody waits for sends no notification. A wait reads the row once the
-// listener holds its key's lock (so that a change made before is not
-// missed), then again after each notification naming the key, every
-// PollEvery, and after the listener connected again when its connection
-// broke, until the claim is no longer in flight, or is abandoned
-// (abandoned_at is set), or ctx ends. When the listener cannot connect, every
-// wait under way ends with its error. When the listener finds its statements
-// run on two server sessions (a pooler in transaction mode), every wait under
-// way and every later WaitClaim of the Store fails with ErrNoSession.
+// WaitClaim implements driver.Waiter with LISTEN/NOTIFY: settling, releasing
+// or abandoning a claim, through any Store on the table, notifies the
+// table's channel in the same transaction. The WaitClaims of a Store share
+// one listener, a session of its own outside the pool, made (with the pool's
+// connection config, or WithListener's, without its OnNotification) when a
+// wait begins and none runs, and closed when the last wait ends: a wait
+// holds no connection of the pool, and reads the row through the pool. The
+// listener LISTENs, and holds a shared advisory lock named after the table,
+// tenant and key of every key waited for, by which a settle, release or
+// abandon knows to notify: a change that nobody waits for sends no
+// notification. A wait reads the row once the listener holds its key's lock
+// (so that a change made before is not missed), then again after each
+// notification naming the key, every PollEvery, and after the listener
+// connected again when its connection broke, until the claim is no longer in
+// flight, or is abandoned (abandoned_at is set), or ctx ends. When the
+// listener cannot connect, every wait under way ends with its error. When
+// the listener finds its statements run on two server sessions (a pooler in
+// transaction mode), every wait under way and every later WaitClaim of the
+// Store fails with ErrNoSession.
 func (s *Store[R]) WaitClaim(ctx context.Context, tenant, key string, token driver.Token) (driver.Record[R], bool, error) {
 	return s.waitClaim(ctx, tenant, key, token, PollEvery)
 }
@@ -152,6 +153,8 @@ func (s *Store[R]) listen(ctx context.Context) {
 	var conn *pgx.Conn
 	var session uint32          // the server's pid of conn's session
 	locked := map[string]bool{} // the payloads whose locks conn holds
+	buffered, cancel := context.WithCancel(ctx)
+	cancel() // done: notifications reads those conn has buffered, and returns
 	for {
 		var err error
 		if conn == nil {
@@ -181,6 +184,9 @@ func (s *Store[R]) listen(ctx context.Context) {
 				for _, p := range unlock {
 					delete(locked, p)
 				}
+				// Those that came during the statement, read now: waits
+				// that come and go keep this loop from waiting for more.
+				err = s.notifications(buffered, conn)
 			}
 		default:
 			err = s.notifications(wctx, conn)
@@ -199,6 +205,8 @@ func (s *Store[R]) listenOn(ctx context.Context) (*pgx.Conn, uint32, error) {
 	if cfg == nil {
 		cfg = s.pool.Config().ConnConfig
 	}
+	cfg = cfg.Copy()
+	cfg.OnNotification = nil // pgx buffers notifications for WaitForNotification only without one
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, 0, err
