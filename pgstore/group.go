@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -228,8 +229,12 @@ func (s *Store[R]) initGroups() {
 	}
 	s.claims.run = s.claimGroup
 	s.claims.orphaned = func(q claimReq, token int64, err error) {
-		if err == nil { // made for a caller who left: released, as unclaim does
-			go func() { _ = s.unclaim(context.Background(), q.tenant, q.key, token) }()
+		if err == nil { // made for a caller who left, who was told it was not
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), unclaimTimeout)
+				defer cancel()
+				_, _, _ = s.Release(ctx, q.tenant, q.key, driver.Token(token))
+			}()
 		}
 	}
 	s.settles.alone = func(ctx context.Context, q settleReq) (settled, error) {
@@ -243,6 +248,9 @@ func (s *Store[R]) initGroups() {
 	}
 	s.settles.run = s.settleGroup
 }
+
+// unclaimTimeout bounds the release of a claim made for a caller who left.
+const unclaimTimeout = 5 * time.Second
 
 // rowKey is a row's tenant and request key, or tenant and withdrawal id.
 type rowKey struct{ tenant, id string }

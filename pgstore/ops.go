@@ -57,9 +57,7 @@ func (s *Store[R]) Claim(ctx context.Context, tenant, key string, fp driver.Fing
 	for i := range attempts {
 		var token int64
 		if i == 0 && s.grouped && outcome == nil {
-			if token, err = s.claims.do(ctx, claimReq{tenant, key, fp}); err == nil && ctx.Err() != nil {
-				return driver.Record[R]{}, false, s.unclaim(ctx, tenant, key, token)
-			}
+			token, err = s.claims.do(ctx, claimReq{tenant, key, fp})
 		} else {
 			err = s.translate(s.pool.QueryRow(ctx, s.sql.insert, tenant, key, fp.WithdrawalID, fp.Amount, fp.Currency, fp.Destination, encoded).Scan(&token))
 		}
@@ -100,22 +98,6 @@ func (s *Store[R]) Claim(ctx context.Context, tenant, key string, fp driver.Fing
 	}
 	return driver.Record[R]{}, false, fmt.Errorf("pgstore: claim request key %s: still contended after %d attempts: %w", key, attempts, err)
 }
-
-// unclaim releases the claim of token, which a group made for a caller whose
-// context ended meanwhile, as a claim made alone would most likely not have
-// been, and returns the error of the claim: ctx's, and the release's if it
-// failed (the claim then stands, in flight).
-func (s *Store[R]) unclaim(ctx context.Context, tenant, key string, token int64) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unclaimTimeout)
-	defer cancel()
-	if _, _, err := s.Release(rctx, tenant, key, driver.Token(token)); err != nil {
-		return fmt.Errorf("pgstore: claim request key %s: the context ended while its group ran, and the claim stands (its release failed: %v): %w", key, err, ctx.Err())
-	}
-	return fmt.Errorf("pgstore: claim request key %s: the context ended while its group ran (the claim was released): %w", key, ctx.Err())
-}
-
-// unclaimTimeout bounds unclaim's release.
-const unclaimTimeout = 5 * time.Second
 
 // holder reads tenant's record of key, if it has one, and otherwise the key
 // of tenant that holds withdrawalID ("" for none) and whether its record was
