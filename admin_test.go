@@ -201,3 +201,22 @@ func TestPruneRefusesARecentHorizon(t *testing.T) {
 		})
 	}
 }
+
+// TestClaimActionsCheckInTheDocumentedOrder: an action on a listed claim
+// checks its tenant, then its key, then its token, before anything else.
+func TestClaimActionsCheckInTheDocumentedOrder(t *testing.T) {
+	ops := submissions.New[withdrawal](quiet).Admin()
+	w := newWithdrawal("w-1")
+	for _, c := range []struct {
+		claim admin.Claim
+		want  error
+	}{
+		{admin.Claim{}, submissions.ErrInvalidKey},
+		{admin.Claim{Key: "  ", Token: 1}, submissions.ErrInvalidKey},
+		{admin.Claim{Tenant: "a\x00", Key: ""}, submissions.ErrInvalidTenant},
+		{admin.Claim{Key: "req-1"}, admin.ErrClaimChanged},
+	} {
+		assert.ErrorIs(t, ops.ReleaseClaim(bg, c.claim), c.want, "release %+v", c.claim)
+		assert.ErrorIs(t, ops.ResolveClaim(bg, c.claim, w), c.want, "resolve %+v", c.claim)
+	}
+}

@@ -1,9 +1,6 @@
 package submissions
 
-import (
-	"github.com/idemledger/submissions/driver"
-	"github.com/idemledger/submissions/internal/engine"
-)
+import "github.com/idemledger/submissions/driver"
 
 // The errors of a ledger, in three classes by what the caller may do next.
 // Refused, nothing sent by this call: ErrInvalidTenant, ErrInvalidKey,
@@ -15,12 +12,12 @@ var (
 	// ErrInvalidKey: the request key is empty after trimming white space,
 	// longer than 255 bytes, not valid UTF-8, or holds a NUL byte. Nothing
 	// was read, claimed or sent.
-	ErrInvalidKey = engine.ErrInvalidKey
+	ErrInvalidKey = driver.ErrInvalidKey
 
 	// ErrInvalidTenant: a tenant id given to Tenant is longer than 64
 	// bytes, not valid UTF-8, or holds a NUL byte. Every method of that
 	// view returns it; nothing was read, claimed or sent.
-	ErrInvalidTenant = engine.ErrInvalidTenant
+	ErrInvalidTenant = driver.ErrInvalidTenant
 
 	// ErrInvalidFingerprint: a Fingerprint breaks the rules documented on
 	// Fingerprint, or the request or outcome is a nil pointer. Nothing was
@@ -38,12 +35,20 @@ var (
 	// not known: its send is running, or ended without a recorded answer.
 	// This call sent nothing. Retry later, or Wait for the outcome; an
 	// operator closes a key left in flight with Resolve or Release.
-	ErrSubmissionInFlight = engine.ErrSubmissionInFlight
+	ErrSubmissionInFlight = driver.ErrSubmissionInFlight
+
+	// ErrAbandoned: wrapped together with ErrSubmissionInFlight when the
+	// key's send ended without a recorded answer (ErrOutcomeUnknown or
+	// ErrOutcomeNotRecorded to its caller). No send runs under the claim
+	// and none will: the key stays in flight until an operator looks at the
+	// rail, then resolves or releases it. This call sent nothing; retrying
+	// sooner gets the same answer.
+	ErrAbandoned = driver.ErrAbandoned
 
 	// ErrUnknownKey: Wait's key has no claim: it was never claimed, or it
 	// was released (before or while Wait waited). This call sent nothing. A
 	// Submit under the key claims it afresh.
-	ErrUnknownKey = engine.ErrUnknownKey
+	ErrUnknownKey = driver.ErrUnknownKey
 
 	// ErrPruned: the request key's record, or the record of the key that
 	// claims the withdrawal, was settled and then pruned by an operator: its
@@ -59,7 +64,7 @@ var (
 	// sent nothing. A write it was making may or may not stand: a Submit
 	// retried may find its key in flight (an operator may Release it: this
 	// call sent nothing), and a Resolve or Release retried tells which.
-	ErrStoreFailed = engine.ErrStoreFailed
+	ErrStoreFailed = driver.ErrStoreFailed
 
 	// ErrNotSent: send returned an error wrapping it, the rail's word that
 	// nothing moved (a transient failure before the transfer began, not a
@@ -68,14 +73,14 @@ var (
 	// resolved or released otherwise while send ran (the error says which),
 	// and the error wraps send's too. A retry under the same key may send
 	// again.
-	ErrNotSent = engine.ErrNotSent
+	ErrNotSent = driver.ErrNotSent
 
 	// ErrOutcomeUnknown: send ended without an answer (an error, or a nil
 	// answer; a send that panics panics on, with the same meaning), so the
 	// money may have moved. The key stays claimed: do not retry under a new
 	// key; an operator looks at the rail, then calls Resolve with what was
 	// sent, or Release if nothing was.
-	ErrOutcomeUnknown = engine.ErrOutcomeUnknown
+	ErrOutcomeUnknown = driver.ErrOutcomeUnknown
 
 	// ErrOutcomeNotRecorded: send answered, Submit returns the answer with
 	// this error, and the answer was not recorded: its context had ended, it
@@ -85,7 +90,21 @@ var (
 	// moved: escalate, never retry under a new key. An answer of the
 	// request's own withdrawal may be recorded with Resolve, unless the key
 	// was released or resolved meanwhile.
-	ErrOutcomeNotRecorded = engine.ErrOutcomeNotRecorded
+	ErrOutcomeNotRecorded = driver.ErrOutcomeNotRecorded
+
+	// ErrResolvedMeanwhile: wrapped with ErrOutcomeNotRecorded when the
+	// key's claim was resolved by an operator (or a reconciler) with
+	// another outcome while send ran, and perhaps pruned since: the key's
+	// outcome is the operator's, and the rail's answer, returned with the
+	// error, is logged at Error and given to the observer.
+	ErrResolvedMeanwhile = driver.ErrResolvedMeanwhile
+
+	// ErrReleasedMeanwhile: wrapped with ErrOutcomeNotRecorded (or with
+	// ErrNotSent) when the key's claim was released while send ran: the key
+	// and the withdrawal are free, though the rail answered. The rail's
+	// answer, returned with the error, is logged at Error and given to the
+	// observer: an operator must see it before the withdrawal is sent again.
+	ErrReleasedMeanwhile = driver.ErrReleasedMeanwhile
 )
 
 // ConflictError reports that a withdrawal is already claimed by another

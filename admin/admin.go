@@ -1,21 +1,28 @@
-// Package admin is the operator's door of a submissions ledger: it lists the
-// keys in flight across tenants, closes one listed claim by its token (so
-// that an action meant for a claim never lands on a later claim of the same
-// key), reconciles the keys in flight with the rail's evidence, and prunes
-// settled records. A service gets one from its ledger:
+// Package admin is the operator's door of a submissions ledger, and the one
+// home of an operator's decisions: it lists the keys in flight across
+// tenants, resolves or releases one key's claim (Resolve, Release), deciding
+// every case and saying what it did in an admin.Result (changed; unchanged;
+// refused, by which rule, and what to do next; failed), reconciles the keys
+// in flight with the rail's evidence, and prunes settled records. An HTTP
+// API or a command line renders a Result, and adds no decision of its own,
+// so that every door decides and says the same. A service gets one from its
+// ledger, with its own rules for an outcome:
 //
-//	ops := ledger.Admin()
+//	ops := ledger.Admin().WithOutcomeCheck(checkOutcome)
 //	claims, err := ops.InFlight(ctx, admin.InFlightQuery{OlderThan: time.Hour})
+//	res := ops.Resolve(ctx, admin.Target{Tenant: "acme", Key: "pay-7"}, outcome)
 //
 // Its errors are package submissions' (ErrIdempotencyConflict,
-// ErrSubmissionInFlight, ErrPruned, ErrStoreFailed...), and three of its
-// own: ErrClaimChanged, ErrNotSupported and ErrHorizonTooRecent.
+// ErrSubmissionInFlight, ErrPruned, ErrStoreFailed...), and four of its
+// own: ErrClaimChanged, ErrNotSupported, ErrHorizonTooRecent and
+// ErrInvalidOutcome.
 package admin
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/idemledger/submissions/driver"
@@ -30,12 +37,12 @@ var (
 	// been claimed again under another token. Nothing was changed, and no
 	// other claim of the key was touched. List the claims in flight again,
 	// and look at the rail for the claim that holds the key now.
-	ErrClaimChanged = engine.ErrClaimChanged
+	ErrClaimChanged = driver.ErrClaimChanged
 
 	// ErrNotSupported: the ledger's Store lacks the optional ability the
 	// call needs, a driver.Lister for InFlight and Reconcile, a
 	// driver.Pruner for Prune. Nothing was read or changed.
-	ErrNotSupported = engine.ErrNotSupported
+	ErrNotSupported = driver.ErrNotSupported
 
 	// ErrHorizonTooRecent: Prune was given a horizon in the future, or
 	// later than now minus the Admin's minimum retention. Nothing was
@@ -43,6 +50,11 @@ var (
 	// its outcome, so a horizon younger than the clients' retry window
 	// takes outcomes that they still ask for.
 	ErrHorizonTooRecent = errors.New("prune horizon too recent")
+
+	// ErrInvalidOutcome: an outcome given to Resolve, ResolveClaim or
+	// Reconcile was refused by the Admin's outcome check
+	// (WithOutcomeCheck). Nothing was changed.
+	ErrInvalidOutcome = errors.New("invalid outcome")
 )
 
 // DefaultMinRetention is the minimum retention of the Admin that New
@@ -61,6 +73,7 @@ const DefaultMinRetention = 24 * time.Hour
 type Admin[R driver.Fingerprinter] struct {
 	l            *engine.Ledger[R]
 	minRetention time.Duration // Prune refuses a horizon later than this long ago
+	check        func(R) error // the service's rules for an outcome; nil for none
 }
 
 // New returns the operator's side of the ledger l, with the minimum
@@ -78,6 +91,30 @@ func (a *Admin[R]) WithMinRetention(d time.Duration) *Admin[R] {
 	c := *a
 	c.minRetention = d
 	return &c
+}
+
+// WithOutcomeCheck returns a copy of a whose Resolve, ResolveClaim and
+// Reconcile refuse an outcome for which check returns an error (the
+// service's own rules: say, a "sent" without its transaction), as they
+// refuse an invalid fingerprint; nil checks nothing more. a is unchanged.
+func (a *Admin[R]) WithOutcomeCheck(check func(outcome R) error) *Admin[R] {
+	c := *a
+	c.check = check
+	return &c
+}
+
+// checkOutcome returns the error of an outcome that is no outcome: nil, of
+// an invalid fingerprint, or refused by the Admin's check.
+func (a *Admin[R]) checkOutcome(outcome R) error {
+	if _, err := a.l.Fingerprint(outcome); err != nil {
+		return err
+	}
+	if a.check != nil {
+		if err := a.check(outcome); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidOutcome, err)
+		}
+	}
+	return nil
 }
 
 // Claim is a key in flight, as Admin lists it.
@@ -105,6 +142,49 @@ type InFlightQuery struct {
 	// Limit is the most claims to return: 0 or less for DefaultListLimit,
 	// and at most MaxListLimit.
 	Limit int
+}
+
+// Empty is the sentence a listing of q with no claims shows: "no keys in
+// flight", and what q selects when it selects less than every claim.
+func (q InFlightQuery) Empty() string {
+	var b strings.Builder
+	b.WriteString("no keys in flight")
+	if q.OlderThan > 0 {
+		fmt.Fprintf(&b, " claimed at least %v ago", q.OlderThan)
+	}
+	switch {
+	case q.Tenants == nil:
+	case len(q.Tenants) == 0:
+		b.WriteString(" in no tenant")
+	case len(q.Tenants) == 1:
+		b.WriteString(" in " + tenantName(q.Tenants[0]))
+	default:
+		fmt.Fprintf(&b, " in %d tenants", len(q.Tenants))
+	}
+	if q.After != nil {
+		b.WriteString(" after the last one listed")
+	}
+	return b.String()
+}
+
+// The states of a claim's send, as Claim.Send names them.
+const (
+	SendRunning = "running"              // this ledger is running it
+	SendEnded   = "ended without answer" // it ended without a recorded answer (Abandoned)
+	SendUnknown = "not known to have ended"
+)
+
+// Send names the state of c's send for an operator: SendRunning,
+// SendEnded, or SendUnknown when neither is known here (a send may run in
+// another process, or its process stopped mid-send).
+func (c Claim) Send() string {
+	switch {
+	case c.Sending:
+		return SendRunning
+	case c.Abandoned:
+		return SendEnded
+	}
+	return SendUnknown
 }
 
 // The page sizes of Admin.InFlight.
@@ -171,6 +251,9 @@ func (a *Admin[R]) ResolveClaim(ctx context.Context, c Claim, outcome R) error {
 	if err := check(c); err != nil {
 		return err
 	}
+	if err := a.checkOutcome(outcome); err != nil {
+		return err
+	}
 	return a.l.Resolve(ctx, c.Tenant, c.Key, c.Token, outcome)
 }
 
@@ -191,10 +274,13 @@ func (a *Admin[R]) ReleaseClaim(ctx context.Context, c Claim) error {
 	return a.l.Release(ctx, c.Tenant, c.Key, c.Token)
 }
 
-// check returns the error of a claim whose tenant is invalid, or that names
-// no claim (the zero Token).
+// check returns the error of a claim whose tenant or key is invalid, or
+// that names no claim (the zero Token), in that order.
 func check(c Claim) error {
 	if err := engine.ValidateTenant(c.Tenant); err != nil {
+		return err
+	}
+	if _, err := engine.ValidateKey(c.Key); err != nil {
 		return err
 	}
 	if c.Token == 0 {

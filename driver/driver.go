@@ -8,7 +8,8 @@
 // comparing fingerprints and outcomes, what errors mean), and a Store never
 // calls back into it. The storetest package is the suite that checks a
 // Store against this contract; the memory store (submissions.NewMemoryStore)
-// and pgstore pass it.
+// and pgstore pass it. The ledger's errors are defined here too, one value
+// each, which package submissions returns as its own.
 //
 // The optional interfaces:
 //

@@ -10,12 +10,17 @@ import (
 // Limits on what a ledger accepts, in bytes of the input as given. Every
 // store holds values up to these sizes.
 const (
-	MaxTenantLen       = 64                 // a tenant id
-	MaxKeyLen          = 255                // a request key, after trimming
-	MaxWithdrawalIDLen = 255                // Fingerprint.WithdrawalID
-	MaxDestinationLen  = 1024               // Fingerprint.Destination
-	MaxAmountLen       = valid.MaxAmountLen // Fingerprint.Amount
+	MaxTenantLen       = 64   // a tenant id
+	MaxKeyLen          = 255  // a request key, after trimming
+	MaxWithdrawalIDLen = 255  // Fingerprint.WithdrawalID
+	MaxDestinationLen  = 1024 // Fingerprint.Destination
+	MaxAmountLen       = 100  // Fingerprint.Amount
 )
+
+// valid.Amount applies MaxAmountLen as valid.MaxAmountLen: should the two
+// differ, one of these conversions overflows uint and the package does not
+// compile.
+const _ = uint(MaxAmountLen-valid.MaxAmountLen) + uint(valid.MaxAmountLen-MaxAmountLen)
 
 // ErrInvalidFingerprint: a Fingerprint breaks the rules documented on
 // Fingerprint, or the request or outcome is a nil pointer. Nothing was

@@ -11,7 +11,7 @@
 //
 //	error                         status  type (urn:submissions:problem:...)
 //	ErrNotSent                    503     not-sent, Retry-After: 1
-//	ErrOutcomeNotRecorded         502     outcome-not-recorded
+//	ErrOutcomeNotRecorded         502     outcome-not-recorded (with answer, from Submit)
 //	ErrOutcomeUnknown             502     outcome-unknown
 //	ErrInvalidKey (and Key's)     400     invalid-key
 //	ErrInvalidTenant              400     invalid-tenant
@@ -19,7 +19,9 @@
 //	*ConflictError                409     withdrawal-claimed, with holder
 //	ErrIdempotencyConflict        422     key-reused
 //	ErrPruned                     410     key-pruned
-//	ErrSubmissionInFlight         409     key-in-flight, Retry-After: 1
+//	ErrSubmissionInFlight and ErrAbandoned
+//	                              409     awaiting-operator, no Retry-After
+//	ErrSubmissionInFlight         409     key-in-flight, Retry-After: 1 (or the service's)
 //	ErrStoreFailed                503     store-unavailable, Retry-After: 1
 //	context.Canceled, .DeadlineExceeded
 //	                              503     request-ended, Retry-After: 1
@@ -28,14 +30,29 @@
 // ErrNotSent comes first because it wraps the send's own error, whatever
 // that wraps: the rail said it moved nothing, the claim is released, and a
 // retry under the same key may send again. A 502 means the money may have
-// moved: the request key stays claimed until an operator looks at the rail
-// and resolves or releases it, and a client must not retry under a new key.
-// A 410 means the key's outcome was pruned: the key and its withdrawal stay
-// claimed for ever. The detail of a problem is a fixed sentence per type,
-// never an error's text, so nothing internal leaks; the exceptions are the
-// errors of Key, which say what is wrong with the field, and
-// withdrawal-claimed, which names the holding key (also in the holder
-// member).
+// moved, and a client must not retry under a new key: the request key stays
+// claimed until an operator looks at the rail and resolves or releases it,
+// unless an operator resolved or released it while the rail answered (the
+// detail of outcome-not-recorded says which). An answer not recorded is
+// never dropped at the door: Submit puts its JSON in the problem's answer
+// member (ProblemForAnswer). A 409 key-in-flight is a send that runs (or
+// has not been seen to end): its Retry-After says when to come back, one
+// second unless the service says better (SubmitOptions.RetryAfter, from its
+// rail's time to answer). A 409 awaiting-operator is a send that ended
+// without an answer: no send runs, nothing changes until an operator acts,
+// so it has no Retry-After; it is a 409, as a key in flight is, so that a
+// client that reads only the status still keeps to the key, and neither
+// the client nor anything between retries it as it would a 5xx. A 410
+// means the key's outcome was pruned: the key and its withdrawal stay
+// claimed for ever.
+//
+// The detail of a problem is a fixed sentence per type (outcome-not-recorded
+// has one for each of its three cases), never an error's text, so nothing
+// internal leaks; the exceptions are the errors of Key, which say what is
+// wrong with the field, and withdrawal-claimed, which names the holding key
+// (also in the holder member). A service that checks a request itself may
+// list the fields at fault in the errors member, each with a JSON Pointer and
+// what is wrong with it (Problem.Errors), under the fixed detail of its type.
 //
 // # Keys
 //

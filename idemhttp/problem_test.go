@@ -55,7 +55,27 @@ var (
 		require.NoError(t, err)
 		return submitErr(t, l, t.Context(), "k1", newWithdrawal("wd-2"), sent)
 	}
+	// A second request while the first one's send runs.
 	keyInFlight ledgerError = func(t *testing.T) error {
+		l := submissions.New[withdrawal](quiet)
+		started, finish, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+		go func() {
+			_, err := l.Submit(context.Background(), "k1", newWithdrawal("wd-1"), func(ctx context.Context, w withdrawal) (withdrawal, error) {
+				close(started)
+				<-finish
+				return sent(ctx, w)
+			})
+			done <- err
+		}()
+		<-started
+		err := submitErr(t, l, t.Context(), "k1", newWithdrawal("wd-1"), sent)
+		close(finish)
+		require.NoError(t, <-done)
+		require.NotErrorIs(t, err, submissions.ErrAbandoned, "the send runs")
+		return err
+	}
+	// A retry after a send that ended without an answer.
+	awaitingOperator ledgerError = func(t *testing.T) error {
 		l := submissions.New[withdrawal](quiet)
 		_ = submitErr(t, l, t.Context(), "k1", newWithdrawal("wd-1"), failing)
 		return submitErr(t, l, t.Context(), "k1", newWithdrawal("wd-1"), sent)
@@ -105,6 +125,21 @@ var (
 				return sent(ctx, w)
 			})
 	}
+	// An operator closed the claim while the rail answered: errors as the
+	// ledger makes them.
+	notRecordedResolved ledgerError = func(*testing.T) error {
+		return fmt.Errorf("%w: request key k1: %w", submissions.ErrOutcomeNotRecorded, submissions.ErrResolvedMeanwhile)
+	}
+	notRecordedResolvedPruned ledgerError = func(*testing.T) error {
+		return fmt.Errorf("%w: request key k1: %w, and pruned", submissions.ErrOutcomeNotRecorded, submissions.ErrResolvedMeanwhile)
+	}
+	notRecordedReleased ledgerError = func(*testing.T) error {
+		return fmt.Errorf("%w: request key k1: %w", submissions.ErrOutcomeNotRecorded, submissions.ErrReleasedMeanwhile)
+	}
+	// The rail said nothing moved, after an operator released the key.
+	notSentReleased ledgerError = func(*testing.T) error {
+		return fmt.Errorf("request key k1: %w: %w", submissions.ErrReleasedMeanwhile, fmt.Errorf("%w: %w", submissions.ErrNotSent, errRail))
+	}
 	storeFailed ledgerError = func(t *testing.T) error {
 		return submitErr(t, submissions.NewWithStore[withdrawal](brokenStore{}, quiet), t.Context(), "k1", newWithdrawal("wd-1"), sent)
 	}
@@ -145,6 +180,8 @@ func TestProblemFor(t *testing.T) {
 		{"withdrawal claimed", withdrawalClaimed, submissions.ErrIdempotencyConflict, 409, idemhttp.TypeWithdrawalClaimed, "k1", false},
 		{"key reused", keyReused, submissions.ErrIdempotencyConflict, 422, idemhttp.TypeKeyReused, "", false},
 		{"key in flight", keyInFlight, submissions.ErrSubmissionInFlight, 409, idemhttp.TypeKeyInFlight, "", true},
+		{"awaiting an operator", awaitingOperator, submissions.ErrAbandoned, 409, idemhttp.TypeAwaitingOperator, "", false},
+		{"wrapped awaiting an operator", wrapped(awaitingOperator), submissions.ErrAbandoned, 409, idemhttp.TypeAwaitingOperator, "", false},
 		{"key pruned", keyPruned, submissions.ErrPruned, 410, idemhttp.TypeKeyPruned, "", false},
 		{"not sent", notSent, submissions.ErrNotSent, 503, idemhttp.TypeNotSent, "", true},
 		{"not sent, with a deadline", notSentDeadline, context.DeadlineExceeded, 503, idemhttp.TypeNotSent, "", true},
@@ -154,6 +191,10 @@ func TestProblemFor(t *testing.T) {
 		{"outcome unknown with a deadline", outcomeUnknownDeadline, context.DeadlineExceeded, 502, idemhttp.TypeOutcomeUnknown, "", false},
 		{"not recorded: another withdrawal", notRecordedOtherWithdrawal, submissions.ErrOutcomeNotRecorded, 502, idemhttp.TypeOutcomeNotRecorded, "", false},
 		{"not recorded: context ended", notRecordedContextEnded, context.Canceled, 502, idemhttp.TypeOutcomeNotRecorded, "", false},
+		{"not recorded: resolved meanwhile", notRecordedResolved, submissions.ErrResolvedMeanwhile, 502, idemhttp.TypeOutcomeNotRecorded, "", false},
+		{"not recorded: resolved meanwhile, and pruned", notRecordedResolvedPruned, submissions.ErrResolvedMeanwhile, 502, idemhttp.TypeOutcomeNotRecorded, "", false},
+		{"not recorded: released meanwhile", notRecordedReleased, submissions.ErrReleasedMeanwhile, 502, idemhttp.TypeOutcomeNotRecorded, "", false},
+		{"not sent: released meanwhile", notSentReleased, submissions.ErrReleasedMeanwhile, 503, idemhttp.TypeNotSent, "", true},
 		{"store failed", storeFailed, submissions.ErrStoreFailed, 503, idemhttp.TypeStoreUnavailable, "", true},
 		{"canceled before the claim", canceled, context.Canceled, 503, idemhttp.TypeRequestEnded, "", true},
 		{"deadline before the claim", deadline, context.DeadlineExceeded, 503, idemhttp.TypeRequestEnded, "", true},
@@ -185,6 +226,9 @@ func TestProblemFor(t *testing.T) {
 				assert.NotContains(t, p.Detail, secret, "no internal text in a problem")
 			}
 			assert.NotContains(t, strings.ToLower(p.Detail), "nothing was sent", "a problem says what this request did")
+			assert.Nil(t, p.Answer, "ProblemFor has no answer to give")
+			assert.Nil(t, p.Errors)
+			assert.Zero(t, p.RetryAfter)
 			if title, ok := types[p.Type]; ok {
 				assert.Equal(t, title, p.Title)
 			}
@@ -211,6 +255,8 @@ func TestProblemFor(t *testing.T) {
 			} else {
 				assert.NotContains(t, got, "holder")
 			}
+			assert.NotContains(t, got, "answer")
+			assert.NotContains(t, got, "errors")
 		})
 	}
 	t.Run("every type has its own title", func(t *testing.T) {
@@ -219,16 +265,90 @@ func TestProblemFor(t *testing.T) {
 			assert.False(t, titles[title], title)
 			titles[title] = true
 		}
-		assert.Len(t, types, 13)
+		assert.Len(t, types, 14)
 	})
 }
 
 // The detail of a pruned key says what is true of it: its outcome is gone,
-// and neither the key nor its withdrawal is ever free again.
+// and neither the key nor its withdrawal is ever free again. It says
+// nothing of when it was settled: an operator may prune at once.
 func TestProblemForPrunedKey(t *testing.T) {
 	p := idemhttp.ProblemFor(keyPruned(t))
+	assert.Contains(t, p.Detail, "settled, then pruned by an operator")
 	assert.Contains(t, p.Detail, "outcome is no longer kept")
 	assert.Contains(t, p.Detail, "The key and its withdrawal stay claimed for ever")
+	assert.NotContains(t, p.Detail, "long ago")
+}
+
+// A key in flight and a key awaiting an operator say different things: one
+// runs and is worth coming back to, the other waits for an operator.
+func TestProblemForInFlight(t *testing.T) {
+	running := idemhttp.ProblemFor(keyInFlight(t))
+	assert.Contains(t, running.Detail, "is running")
+	assert.Contains(t, running.Detail, "after Retry-After")
+
+	waiting := idemhttp.ProblemFor(awaitingOperator(t))
+	for _, says := range []string{"ended without an answer", "the money may have moved", "No send is running",
+		"this request sent nothing", "An operator must look at the payment rail", "a retry under it gets the outcome the operator recorded",
+		"Never retry under a new key"} {
+		assert.Contains(t, waiting.Detail, says)
+	}
+	assert.NotContains(t, waiting.Detail, "Retry-After")
+	assert.NotEqual(t, running.Title, waiting.Title)
+}
+
+// An answer not recorded is told as it happened: the claim stands, or an
+// operator resolved or released it while the rail answered.
+func TestProblemForOutcomeNotRecorded(t *testing.T) {
+	const stands = "The request key stays claimed until an operator"
+	for _, make := range []ledgerError{notRecordedOtherWithdrawal, notRecordedContextEnded, wrapped(notRecordedContextEnded)} {
+		assert.Contains(t, idemhttp.ProblemFor(make(t)).Detail, stands)
+	}
+	for _, make := range []ledgerError{notRecordedResolved, notRecordedResolvedPruned, wrapped(notRecordedResolved)} {
+		p := idemhttp.ProblemFor(make(t))
+		assert.Contains(t, p.Detail, "an operator resolved this request key while it was answering")
+		assert.Contains(t, p.Detail, "the key's outcome is the operator's")
+		assert.Contains(t, p.Detail, "Retry under the same key to get the key's outcome")
+		assert.NotContains(t, p.Detail, "stays claimed")
+	}
+	for _, make := range []ledgerError{notRecordedReleased, wrapped(notRecordedReleased)} {
+		p := idemhttp.ProblemFor(make(t))
+		assert.Contains(t, p.Detail, "an operator released this request key while it was answering")
+		assert.Contains(t, p.Detail, "free again")
+		assert.Contains(t, p.Detail, "an operator must look at the rail before the withdrawal is sent again")
+		assert.NotContains(t, p.Detail, "stays claimed")
+	}
+}
+
+func TestProblemForAnswer(t *testing.T) {
+	answer := newWithdrawal("wd-1")
+	answer.Status, answer.TxID = "sent", "0xfeed"
+
+	t.Run("an answer not recorded is in the problem", func(t *testing.T) {
+		for _, make := range []ledgerError{notRecordedOtherWithdrawal, notRecordedResolved, notRecordedReleased} {
+			err := make(t)
+			p := idemhttp.ProblemForAnswer(err, answer)
+			assert.Equal(t, idemhttp.TypeOutcomeNotRecorded, p.Type)
+			assert.JSONEq(t, `{"id":"wd-1","amount":"25.00","currency":"USDC","address":"0xabc","status":"sent","tx_id":"0xfeed"}`, string(p.Answer))
+			assert.Equal(t, idemhttp.ProblemFor(err).Detail+" The rail's answer is in this problem's answer member.", p.Detail)
+
+			rec := httptest.NewRecorder()
+			idemhttp.WriteProblem(rec, p)
+			var got map[string]any
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &got))
+			assert.Equal(t, "0xfeed", got["answer"].(map[string]any)["tx_id"])
+		}
+	})
+	t.Run("only there", func(t *testing.T) {
+		for _, make := range []ledgerError{outcomeUnknown, awaitingOperator, notSent, keyReused} {
+			err := make(t)
+			assert.Equal(t, idemhttp.ProblemFor(err), idemhttp.ProblemForAnswer(err, answer))
+		}
+	})
+	t.Run("an answer that is not JSON is left out", func(t *testing.T) {
+		err := notRecordedReleased(t)
+		assert.Equal(t, idemhttp.ProblemFor(err), idemhttp.ProblemForAnswer(err, func() {}))
+	})
 }
 
 func TestWriteProblem(t *testing.T) {
@@ -238,6 +358,36 @@ func TestWriteProblem(t *testing.T) {
 		assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
 		assert.Equal(t, "1", rec.Header().Get("Retry-After"))
 		assert.JSONEq(t, `{"type":"urn:x","title":"Down","status":503}`, rec.Body.String())
+	})
+	t.Run("a Retry-After of the problem's own", func(t *testing.T) {
+		problems := []idemhttp.Problem{idemhttp.ProblemFor(keyInFlight(t)), idemhttp.ProblemFor(storeFailed(t)),
+			{Type: "urn:x", Title: "Slow down", Status: http.StatusTooManyRequests}}
+		for after, want := range map[time.Duration]string{time.Nanosecond: "1", time.Second: "1", 1500 * time.Millisecond: "2",
+			2 * time.Second: "2", time.Hour: "3600"} {
+			for _, p := range problems {
+				p.RetryAfter = after
+				rec := httptest.NewRecorder()
+				idemhttp.WriteProblem(rec, p)
+				assert.Equal(t, []string{want}, rec.Header().Values("Retry-After"), "%v on a %d", after, p.Status)
+				var got map[string]any
+				require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &got))
+				for member := range got {
+					assert.Contains(t, []string{"type", "title", "status", "detail"}, member, "not in the body")
+				}
+			}
+		}
+	})
+	t.Run("the members a problem has", func(t *testing.T) {
+		rec := httptest.NewRecorder()
+		idemhttp.WriteProblem(rec, idemhttp.Problem{Type: "urn:x", Title: "Odd", Status: 422, Answer: json.RawMessage(`{"a":1}`),
+			Errors: []idemhttp.FieldError{{Pointer: "#/amount", Detail: "is missing"}}})
+		assert.JSONEq(t, `{"type":"urn:x","title":"Odd","status":422,"answer":{"a":1},"errors":[{"pointer":"#/amount","detail":"is missing"}]}`, rec.Body.String())
+	})
+	t.Run("an answer that is not JSON is left out", func(t *testing.T) {
+		rec := httptest.NewRecorder()
+		idemhttp.WriteProblem(rec, idemhttp.Problem{Type: "urn:x", Title: "Odd", Status: 502, Answer: json.RawMessage(`{"a":`)})
+		assert.Equal(t, 502, rec.Code)
+		assert.JSONEq(t, `{"type":"urn:x","title":"Odd","status":502}`, rec.Body.String())
 	})
 	for status, want := range map[int]int{0: 500, 200: 500, 399: 500, 400: 400, 599: 599, 600: 500} {
 		t.Run(fmt.Sprint("status ", status), func(t *testing.T) {

@@ -147,9 +147,11 @@ func TestSubmit(t *testing.T) {
 
 		rec = post(t, h, "k1", newWithdrawal("wd-1"))
 		assert.Equal(t, http.StatusConflict, rec.Code)
-		assert.Equal(t, idemhttp.TypeKeyInFlight, problemOf(t, rec).Type)
-		assert.Equal(t, "1", rec.Header().Get("Retry-After"))
-		assert.ErrorIs(t, (<-results).err, submissions.ErrSubmissionInFlight)
+		assert.Equal(t, idemhttp.TypeAwaitingOperator, problemOf(t, rec).Type, "no send runs: the key waits for an operator")
+		assert.Empty(t, rec.Header().Values("Retry-After"), "coming back sooner gets the same answer")
+		err := (<-results).err
+		assert.ErrorIs(t, err, submissions.ErrSubmissionInFlight)
+		assert.ErrorIs(t, err, submissions.ErrAbandoned)
 		assert.Equal(t, int32(1), r.calls.Load())
 	})
 
@@ -188,11 +190,91 @@ func TestSubmit(t *testing.T) {
 
 		rec := post(t, h, "k1", newWithdrawal("wd-1"))
 		assert.Equal(t, http.StatusBadGateway, rec.Code)
-		assert.Equal(t, idemhttp.TypeOutcomeNotRecorded, problemOf(t, rec).Type)
+		p := problemOf(t, rec)
+		assert.Equal(t, idemhttp.TypeOutcomeNotRecorded, p.Type)
+		assert.Contains(t, p.Detail, "stays claimed until an operator")
+		assert.JSONEq(t, `{"id":"wd-1","amount":"26.00","currency":"USDC","address":"0xabc","status":"sent","tx_id":"0xfeed"}`,
+			string(p.Answer), "the client gets the rail's answer")
 		res := <-results
 		assert.ErrorIs(t, res.err, submissions.ErrOutcomeNotRecorded)
 		assert.Equal(t, "0xfeed", res.out.TxID, "Submit returns the rail's answer")
 	})
+
+	t.Run("an answer after an operator resolved the key is 502, and a retry gets the operator's outcome", func(t *testing.T) {
+		ledger := submissions.New[withdrawal](quiet)
+		started, finish := make(chan struct{}), make(chan struct{})
+		r := &rail{send: func(ctx context.Context, w withdrawal) (withdrawal, error) {
+			close(started)
+			<-finish
+			return sent(ctx, w)
+		}}
+		results := make(chan result, 2)
+		h := handler(ledger, r, results)
+		first := make(chan *httptest.ResponseRecorder, 1)
+		go func() { first <- post(t, h, "k1", newWithdrawal("wd-1")) }()
+		<-started
+		resolved := newWithdrawal("wd-1")
+		resolved.Status, resolved.TxID = "sent", "0xoperator"
+		require.NoError(t, ledger.Resolve(t.Context(), "k1", resolved))
+		close(finish)
+
+		rec := <-first
+		assert.Equal(t, http.StatusBadGateway, rec.Code)
+		p := problemOf(t, rec)
+		assert.Equal(t, idemhttp.TypeOutcomeNotRecorded, p.Type)
+		assert.Contains(t, p.Detail, "an operator resolved this request key")
+		assert.NotContains(t, p.Detail, "stays claimed")
+		assert.Contains(t, string(p.Answer), `"tx_id":"0xfeed"`, "the rail's answer, not dropped")
+		assert.ErrorIs(t, (<-results).err, submissions.ErrResolvedMeanwhile)
+
+		rec = post(t, h, "k1", newWithdrawal("wd-1"))
+		assert.Equal(t, http.StatusCreated, rec.Code, "%s", rec.Body)
+		assert.Equal(t, []string{"true"}, rec.Header().Values(idemhttp.ReplayedHeader))
+		assert.Contains(t, rec.Body.String(), `"tx_id":"0xoperator"`, "the retry the detail promised gets the operator's outcome")
+		assert.NoError(t, (<-results).err)
+		assert.Equal(t, int32(1), r.calls.Load())
+	})
+}
+
+// A service that knows how long its sends take says so in the Retry-After
+// of a key whose send runs; a key awaiting an operator has none.
+func TestSubmitWithRetryAfter(t *testing.T) {
+	ledger := submissions.New[withdrawal](quiet)
+	started, finish := make(chan struct{}), make(chan struct{})
+	r := &rail{send: func(ctx context.Context, w withdrawal) (withdrawal, error) {
+		if w.ID == "wd-1" {
+			close(started)
+			<-finish
+			return sent(ctx, w)
+		}
+		return failing(ctx, w)
+	}}
+	h := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		var wd withdrawal
+		if err := json.NewDecoder(req.Body).Decode(&wd); err != nil {
+			http.Error(w, "bad body", http.StatusBadRequest)
+			return
+		}
+		_, _ = idemhttp.SubmitWith(req.Context(), w, req, ledger, http.StatusCreated, wd, r.Send,
+			idemhttp.SubmitOptions{RetryAfter: 2500 * time.Millisecond})
+	})
+	first := make(chan int, 1)
+	go func() { first <- post(t, h, "k1", newWithdrawal("wd-1")).Code }()
+	<-started
+	rec := post(t, h, "k1", newWithdrawal("wd-1"))
+	assert.Equal(t, idemhttp.TypeKeyInFlight, problemOf(t, rec).Type)
+	assert.Equal(t, []string{"3"}, rec.Header().Values("Retry-After"), "the service's, in whole seconds")
+	close(finish)
+	assert.Equal(t, http.StatusCreated, <-first)
+
+	assert.Equal(t, http.StatusBadGateway, post(t, h, "k2", newWithdrawal("wd-2")).Code)
+	rec = post(t, h, "k2", newWithdrawal("wd-2"))
+	assert.Equal(t, idemhttp.TypeAwaitingOperator, problemOf(t, rec).Type)
+	assert.Empty(t, rec.Header().Values("Retry-After"))
+
+	rec = post(t, h, "", newWithdrawal("wd-3"))
+	assert.Equal(t, idemhttp.TypeInvalidKey, problemOf(t, rec).Type)
+	assert.Empty(t, rec.Header().Values("Retry-After"), "only a key whose send runs")
 }
 
 // Taps released together over separate connections: one send, one 201, the

@@ -66,14 +66,32 @@ func TestSubmitWaiting(t *testing.T) {
 	})
 
 	t.Run("a send without an answer is a 502", func(t *testing.T) {
-		ledger, r := submissions.New[withdrawal](), &rail{send: failing}
+		waits := make(chan struct{}, 1)
+		ledger := submissions.New[withdrawal](submissions.WithObserver(observerFunc(func(e observe.Event) {
+			if e.Kind == observe.EventInFlight {
+				waits <- struct{}{} // the second request was refused, and waits
+			}
+		})))
+		r := &rail{send: failing}
 		h := waiting(ledger, r, time.Minute)
 		finish, first := inFlight(t, h, r)
 		second := make(chan int, 1)
 		go func() { second <- post(t, h, "key-1", newWithdrawal("wd-1")).Code }()
+		<-waits
 		close(finish)
 		assert.Equal(t, http.StatusBadGateway, <-first)
 		assert.Equal(t, http.StatusBadGateway, <-second)
+	})
+
+	t.Run("a key awaiting an operator is not waited for", func(t *testing.T) {
+		ledger, r := submissions.New[withdrawal](quiet), &rail{send: failing}
+		h := waiting(ledger, r, time.Hour)
+		require.Equal(t, http.StatusBadGateway, post(t, h, "key-1", newWithdrawal("wd-1")).Code)
+		rec := post(t, h, "key-1", newWithdrawal("wd-1"))
+		assert.Equal(t, http.StatusConflict, rec.Code, "at once, not the 502 a wait would end with: %s", rec.Body)
+		assert.Equal(t, idemhttp.TypeAwaitingOperator, problemOf(t, rec).Type)
+		assert.Empty(t, rec.Header().Values("Retry-After"))
+		assert.EqualValues(t, 1, r.calls.Load())
 	})
 
 	t.Run("a key released while it waits is a 409, and the retry sends", func(t *testing.T) {

@@ -30,6 +30,9 @@ type Event struct {
 	// EventNotSent, EventOutcomeUnknown and EventNotRecorded (for a send
 	// that panicked, an error that says so).
 	Err error
+	// Answer is send's answer that was not recorded, for EventNotRecorded:
+	// the rail's word, which the ledger keeps nowhere else.
+	Answer any
 }
 
 // EventKind is what a ledger decided.

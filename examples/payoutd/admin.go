@@ -1,36 +1,72 @@
 package main
 
 import (
-	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/idemledger/submissions"
 	"github.com/idemledger/submissions/admin"
+	"github.com/idemledger/submissions/driver"
 	"github.com/idemledger/submissions/idemhttp"
 )
 
-// claimView is a key in flight as the admin endpoints show it.
+// claimView is a key's claim as the admin endpoints show it.
 type claimView struct {
-	Tenant       string    `json:"tenant"`
-	Key          string    `json:"key"`
-	WithdrawalID string    `json:"withdrawal_id"`
-	Amount       string    `json:"amount"`
-	Currency     string    `json:"currency"`
-	Destination  string    `json:"destination"`
-	ClaimedAt    time.Time `json:"claimed_at"`
-	Token        uint64    `json:"token"`
-	Sending      bool      `json:"sending"` // this process is running its send: leave it alone
+	Tenant       string     `json:"tenant"`
+	Key          string     `json:"key"`
+	WithdrawalID string     `json:"withdrawal_id"`
+	Amount       string     `json:"amount"`
+	Currency     string     `json:"currency"`
+	Destination  string     `json:"destination"`
+	ClaimedAt    *time.Time `json:"claimed_at,omitempty"` // in listings
+	Token        uint64     `json:"token"`
+	Sending      bool       `json:"sending"`        // this process is running its send
+	Abandoned    bool       `json:"abandoned"`      // its send ended without a recorded answer
+	Send         string     `json:"send,omitempty"` // in flight: admin.Claim.Send, "running", "ended without answer" or "not known to have ended"
 }
 
 func viewOf(c admin.Claim) claimView {
 	fp := c.Fingerprint
-	return claimView{Tenant: c.Tenant, Key: c.Key, WithdrawalID: fp.WithdrawalID, Amount: fp.Amount, Currency: fp.Currency,
-		Destination: fp.Destination, ClaimedAt: c.ClaimedAt, Token: uint64(c.Token), Sending: c.Sending}
+	v := claimView{Tenant: c.Tenant, Key: c.Key, WithdrawalID: fp.WithdrawalID, Amount: fp.Amount, Currency: fp.Currency,
+		Destination: fp.Destination, Token: uint64(c.Token), Sending: c.Sending, Abandoned: c.Abandoned, Send: c.Send()}
+	if !c.ClaimedAt.IsZero() {
+		at := c.ClaimedAt
+		v.ClaimedAt = &at
+	}
+	return v
+}
+
+// checkOutcome is payoutd's rule for an outcome an operator records, at
+// every door (this API and `payoutd ctl`): sent, with the rail's reference,
+// or failed, with the reason.
+func checkOutcome(out Withdrawal) error {
+	switch {
+	case out.State == stateSent && out.Tx == "":
+		return errors.New(`state "sent" without its tx`)
+	case out.State == stateFailed && out.FailureReason == "":
+		return errors.New(`state "failed" without its failure_reason`)
+	case out.State != stateSent && out.State != stateFailed:
+		return fmt.Errorf(`state %q is not an outcome: "sent" (with tx) or "failed" (with failure_reason)`, out.State)
+	}
+	return nil
+}
+
+// checkOutcomeJSON is checkOutcome of an outcome in payoutd's JSON.
+func checkOutcomeJSON(raw []byte) error {
+	var out Withdrawal
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return fmt.Errorf("not a withdrawal: %v", err)
+	}
+	return checkOutcome(out)
+}
+
+// admin returns the ledger's operator side, with payoutd's outcome rule.
+func (s *server) admin() *admin.Admin[Withdrawal] {
+	return s.ledger.Admin().WithOutcomeCheck(checkOutcome)
 }
 
 // adminInFlight handles GET /admin/inflight: the oldest keys in flight, in
@@ -64,7 +100,7 @@ func (s *server) adminInFlight(w http.ResponseWriter, r *http.Request) {
 		}
 		q.Limit = n
 	}
-	claims, err := s.ledger.Admin().InFlight(r.Context(), q)
+	claims, err := s.admin().InFlight(r.Context(), q)
 	if err != nil {
 		s.log.Error("list the keys in flight", "error", err)
 		idemhttp.WriteError(w, err)
@@ -77,11 +113,11 @@ func (s *server) adminInFlight(w http.ResponseWriter, r *http.Request) {
 	idemhttp.WriteJSON(w, http.StatusOK, views, false)
 }
 
-// adminResolve handles POST /admin/claims/{key}/resolve: the body, the
-// withdrawal as the rail shows it (sent, or failed), recorded as the outcome
-// of the key's claim in flight, and kept as the withdrawal's state.
+// adminResolve handles POST /admin/claims/{key}/resolve[?token=N][&force=true]:
+// the body, the withdrawal as the rail shows it (sent, or failed), recorded
+// as the outcome of the key's claim, and kept as the withdrawal's state.
 func (s *server) adminResolve(w http.ResponseWriter, r *http.Request) {
-	c, ok := s.claimOf(w, r)
+	t, ok := s.target(w, r)
 	if !ok {
 		return
 	}
@@ -89,57 +125,138 @@ func (s *server) adminResolve(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &out) {
 		return
 	}
-	if err := validate(out); err != nil {
-		writeErrorSaying(w, err)
-		return
+	res := s.admin().Resolve(r.Context(), t, out)
+	if res.OK() {
+		if kept, found, err := s.withdrawals.get(r.Context(), res.Claim.Tenant, res.Claim.Fingerprint.WithdrawalID); err == nil && found {
+			s.keep(r.Context(), res.Claim.Tenant, kept, out)
+		}
 	}
-	if why := outcomeProblem(out); why != "" {
-		writeProblem(w, typeInvalidOutcome, http.StatusUnprocessableEntity, why)
-		return
-	}
-	if err := s.ledger.Admin().ResolveClaim(r.Context(), c, out); err != nil {
-		writeAdminError(w, err)
-		return
-	}
-	if kept, ok, err := s.withdrawals.get(r.Context(), c.Tenant, out.ID); err == nil && ok {
-		s.keep(r.Context(), c.Tenant, kept, out)
-	}
-	s.log.Info("operator resolved a claim", "tenant", c.Tenant, "key", c.Key, "withdrawal", c.Fingerprint.WithdrawalID, "token", uint64(c.Token))
-	idemhttp.WriteJSON(w, http.StatusOK, struct {
-		Resolved claimView  `json:"resolved"`
-		Outcome  Withdrawal `json:"outcome"`
-	}{viewOf(c), out}, false)
+	s.writeResult(w, res, &out)
 }
 
-// adminRelease handles POST /admin/claims/{key}/release: the key's claim in
-// flight dropped, its withdrawal free to be sent again.
+// adminRelease handles POST /admin/claims/{key}/release[?token=N][&force=true]:
+// the key's claim dropped, its withdrawal free to be sent again.
 func (s *server) adminRelease(w http.ResponseWriter, r *http.Request) {
-	c, ok := s.claimOf(w, r)
+	t, ok := s.target(w, r)
 	if !ok {
 		return
 	}
-	if err := s.ledger.Admin().ReleaseClaim(r.Context(), c); err != nil {
-		writeAdminError(w, err)
-		return
-	}
-	s.log.Info("operator released a claim", "tenant", c.Tenant, "key", c.Key, "withdrawal", c.Fingerprint.WithdrawalID, "token", uint64(c.Token))
-	idemhttp.WriteJSON(w, http.StatusOK, struct {
-		Released claimView `json:"released"`
-	}{viewOf(c)}, false)
+	s.writeResult(w, s.admin().Release(r.Context(), t), nil)
 }
 
-// outcomeProblem returns what is wrong with out as an outcome, or "": it
-// must be sent, with the rail's reference, or failed, with the reason.
-func outcomeProblem(out Withdrawal) string {
-	switch {
-	case out.State == stateSent && out.Tx == "":
-		return `state: "sent" without its tx.`
-	case out.State == stateFailed && out.FailureReason == "":
-		return `state: "failed" without its failure_reason.`
-	case out.State != stateSent && out.State != stateFailed:
-		return fmt.Sprintf(`state: %q is not an outcome: "sent" (with tx) or "failed" (with failure_reason).`, out.State)
+// target reads the claim an admin action names: the path's key in the
+// request's tenant, the token and force query parameters.
+func (s *server) target(w http.ResponseWriter, r *http.Request) (admin.Target, bool) {
+	tenant, ok := tenantOf(w, r)
+	if !ok {
+		return admin.Target{}, false
 	}
-	return ""
+	t := admin.Target{Tenant: tenant, Key: r.PathValue("key")}
+	params := r.URL.Query()
+	if v := params.Get("token"); v != "" {
+		token, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || token == 0 {
+			writeProblem(w, typeMalformed, http.StatusBadRequest, fmt.Sprintf("token %q is not a claim's token.", v))
+			return admin.Target{}, false
+		}
+		t.Token = driver.Token(token)
+	}
+	if v := params.Get("force"); v != "" {
+		force, err := strconv.ParseBool(v)
+		if err != nil {
+			writeProblem(w, typeMalformed, http.StatusBadRequest, fmt.Sprintf("force %q is neither true nor false.", v))
+			return admin.Target{}, false
+		}
+		t.Force = force
+	}
+	return t, true
+}
+
+// resultView is an admin action's result, as the admin endpoints write it:
+// the body of a 200, and the members a refusal's problem adds.
+type resultView struct {
+	Action   string      `json:"action"`
+	Decision string      `json:"decision"`
+	Rule     string      `json:"rule,omitempty"`
+	Field    string      `json:"field,omitempty"`
+	Message  string      `json:"message"`
+	Next     string      `json:"next,omitempty"`
+	State    string      `json:"state,omitempty"` // the key's, as the action found it
+	Claim    *claimView  `json:"claim,omitempty"`
+	Outcome  *Withdrawal `json:"outcome,omitempty"`
+}
+
+// adminProblem is a refused or failed admin action, as a problem.
+type adminProblem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	resultView
+}
+
+// ruleStatus is the HTTP status of each rule's refusal or failure, and its
+// problem's title.
+var ruleStatus = map[admin.Rule]struct {
+	status int
+	title  string
+}{
+	admin.RuleInvalidTenant:   {http.StatusBadRequest, "Invalid tenant"},
+	admin.RuleInvalidKey:      {http.StatusBadRequest, "Invalid request key"},
+	admin.RuleInvalidOutcome:  {http.StatusUnprocessableEntity, "Invalid outcome"},
+	admin.RuleUnknownKey:      {http.StatusNotFound, "Unknown request key"},
+	admin.RuleTokenDiffers:    {http.StatusConflict, "Another claim token"},
+	admin.RulePruned:          {http.StatusGone, "Request key pruned"},
+	admin.RuleOtherWithdrawal: {http.StatusConflict, "Outcome of another withdrawal"},
+	admin.RuleFieldDiffers:    {http.StatusConflict, "Outcome differs from the claim"},
+	admin.RuleAnotherOutcome:  {http.StatusConflict, "Another outcome recorded"},
+	admin.RuleHasOutcome:      {http.StatusConflict, "Request key has an outcome"},
+	admin.RuleSendRunning:     {http.StatusConflict, "Send running"},
+	admin.RuleSendMayRun:      {http.StatusConflict, "Send not known to have ended"},
+	admin.RuleClaimChanged:    {http.StatusConflict, "Claim changed"},
+	admin.RuleStoreFailed:     {http.StatusServiceUnavailable, "Store unavailable"},
+	admin.RuleContextEnded:    {http.StatusServiceUnavailable, "Request ended"},
+}
+
+// writeResult writes res: 200 with the result when the ledger is as asked,
+// and otherwise the problem of its rule, whose detail is its message. It
+// logs what an operator changed.
+func (s *server) writeResult(w http.ResponseWriter, res admin.Result, out *Withdrawal) {
+	v := resultView{Action: res.Action, Decision: res.Decision.String(), Rule: string(res.Rule), Field: res.Field,
+		Message: res.Message, Next: res.Next, State: res.State}
+	if res.Claim.Token != 0 {
+		c := viewOf(res.Claim)
+		if res.State != "in flight" { // the send of a settled key is over
+			c.Send = ""
+		}
+		v.Claim = &c
+	}
+	if res.OK() {
+		if res.Decision == admin.Changed {
+			s.log.Info("operator "+res.Action+"d a claim", "tenant", res.Claim.Tenant, "key", res.Claim.Key,
+				"withdrawal", res.Claim.Fingerprint.WithdrawalID, "token", uint64(res.Claim.Token))
+		}
+		v.Outcome = out
+		idemhttp.WriteJSON(w, http.StatusOK, v, false)
+		return
+	}
+	rs, ok := ruleStatus[res.Rule]
+	if !ok {
+		rs.status, rs.title = http.StatusInternalServerError, "Internal error"
+	}
+	body, err := json.Marshal(adminProblem{Type: "urn:payoutd:problem:" + string(res.Rule), Title: rs.title, Status: rs.status,
+		Detail: res.Message, resultView: v})
+	if err != nil {
+		idemhttp.WriteError(w, err)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	if rs.status == http.StatusServiceUnavailable {
+		h.Set("Retry-After", "1")
+	}
+	w.WriteHeader(rs.status)
+	_, _ = w.Write(append(body, '\n'))
 }
 
 // adminPrune handles POST /admin/prune?before=T: the records settled before
@@ -166,13 +283,21 @@ func (s *server) adminPrune(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	ops := s.ledger.Admin()
+	ops := s.admin()
 	if force {
 		ops = ops.WithMinRetention(0)
 	}
 	n, err := ops.Prune(r.Context(), before, 0)
-	if err != nil {
-		writeAdminError(w, err)
+	switch {
+	case errors.Is(err, admin.ErrHorizonTooRecent):
+		detail := err.Error() + ": nothing pruned."
+		if !force && !before.After(time.Now()) {
+			detail += " force=true prunes within the minimum retention (never after now): a client retrying a key settled since the horizon then gets 410 instead of its outcome."
+		}
+		writeProblem(w, typeHorizonTooRecent, http.StatusUnprocessableEntity, detail)
+		return
+	case err != nil:
+		idemhttp.WriteError(w, err)
 		return
 	}
 	s.log.Info("operator pruned settled records", "before", before, "forced", force, "pruned", n)
@@ -180,74 +305,4 @@ func (s *server) adminPrune(w http.ResponseWriter, r *http.Request) {
 		Pruned int       `json:"pruned"`
 		Before time.Time `json:"before"`
 	}{n, before.UTC()}, false)
-}
-
-// claimOf returns the claim in flight of the path's key in the request's
-// tenant, as the listing has it, and of the token query parameter's claim
-// when it names one; otherwise it writes a problem and returns false.
-func (s *server) claimOf(w http.ResponseWriter, r *http.Request) (admin.Claim, bool) {
-	tenant, ok := tenantOf(w, r)
-	if !ok {
-		return admin.Claim{}, false
-	}
-	key := strings.TrimSpace(r.PathValue("key"))
-	var token uint64
-	if v := r.URL.Query().Get("token"); v != "" {
-		var err error
-		if token, err = strconv.ParseUint(v, 10, 64); err != nil || token == 0 {
-			writeProblem(w, typeMalformed, http.StatusBadRequest, fmt.Sprintf("token %q is not a claim's token.", v))
-			return admin.Claim{}, false
-		}
-	}
-	c, found, err := s.findClaim(r.Context(), tenant, key)
-	switch {
-	case err != nil:
-		writeAdminError(w, err)
-		return admin.Claim{}, false
-	case !found:
-		writeProblem(w, typeNotFound, http.StatusNotFound, fmt.Sprintf("Request key %s has no claim in flight in this tenant.", key))
-		return admin.Claim{}, false
-	case token != 0 && uint64(c.Token) != token:
-		writeAdminError(w, fmt.Errorf("%w: request key %s: its claim is token %d now, not %d", admin.ErrClaimChanged, key, c.Token, token))
-		return admin.Claim{}, false
-	}
-	return c, true
-}
-
-// findClaim walks tenant's keys in flight for key's claim.
-func (s *server) findClaim(ctx context.Context, tenant, key string) (admin.Claim, bool, error) {
-	q := admin.InFlightQuery{Tenants: []string{tenant}, Limit: admin.MaxListLimit}
-	for {
-		page, err := s.ledger.Admin().InFlight(ctx, q)
-		if err != nil {
-			return admin.Claim{}, false, err
-		}
-		for _, c := range page {
-			if c.Key == key {
-				return c, true, nil
-			}
-		}
-		if len(page) < q.Limit {
-			return admin.Claim{}, false, nil
-		}
-		q.After = &page[len(page)-1]
-	}
-}
-
-// writeAdminError writes the problem of an admin action's error, with the
-// ledger's error as its detail: the operator's, not a client's. The
-// ledger's classes are idemhttp's problems, but for an outcome that
-// contradicts the claim, and the admin package's own errors.
-func writeAdminError(w http.ResponseWriter, err error) {
-	switch {
-	case errors.Is(err, admin.ErrClaimChanged):
-		writeProblem(w, typeClaimChanged, http.StatusConflict, err.Error())
-	case errors.Is(err, admin.ErrHorizonTooRecent):
-		writeProblem(w, typeHorizonTooRecent, http.StatusUnprocessableEntity, err.Error()+
-			". force=true prunes within the minimum retention (never after now): a client retrying a key settled since the horizon gets 410 instead of its outcome.")
-	case errors.Is(err, submissions.ErrIdempotencyConflict):
-		writeProblem(w, typeOutcomeConflict, http.StatusConflict, err.Error())
-	default:
-		writeErrorSaying(w, err)
-	}
 }

@@ -60,7 +60,8 @@ func TestAdminEndpoints(t *testing.T) {
 			assert.Equal(t, "0xdest", claims[0].Destination)
 			assert.NotZero(t, claims[0].Token)
 			assert.False(t, claims[0].Sending)
-			assert.WithinDuration(t, time.Now(), claims[0].ClaimedAt, time.Minute)
+			require.NotNil(t, claims[0].ClaimedAt)
+			assert.WithinDuration(t, time.Now(), *claims[0].ClaimedAt, time.Minute)
 			assert.Equal(t, "acme", claims[1].Tenant)
 			assert.Equal(t, id2, claims[1].WithdrawalID)
 
@@ -89,27 +90,29 @@ func TestAdminEndpoints(t *testing.T) {
 			wrong, err := json.Marshal(other)
 			require.NoError(t, err)
 			res := do(t, "POST", a.url+"/admin/claims/k1/resolve", "-", "-", string(wrong))
-			p := res.problemOf(t, http.StatusConflict, typeOutcomeConflict)
-			assert.Contains(t, p["detail"], "belongs to another withdrawal")
+			p := res.problemOf(t, http.StatusConflict, "urn:payoutd:problem:other-withdrawal")
+			assert.Equal(t, fmt.Sprintf("the outcome is for withdrawal %q, not the claim's %q: nothing changed", id2, id1), p["detail"])
+			assert.Equal(t, "refused", p["decision"])
+			assert.NotEmpty(t, p["next"], "what to do next")
 
 			// Refused like a client's request, and the claim stays in flight.
 			for _, c := range []struct {
 				name, body, typ, inDetail string
 			}{
 				{"no state", fmt.Sprintf(`{"id":%q,"amount":"25.00","currency":"USDC","destination":"0xdest","tx":"tx_1"}`, id1),
-					typeInvalidOutcome, `state: "" is not an outcome`},
+					typeInvalidOutcome, `state "" is not an outcome`},
 				{"approved", fmt.Sprintf(`{"id":%q,"amount":"25.00","currency":"USDC","destination":"0xdest","state":"approved"}`, id1),
-					typeInvalidOutcome, `state: "approved" is not an outcome`},
+					typeInvalidOutcome, `state "approved" is not an outcome`},
 				{"in flight", fmt.Sprintf(`{"id":%q,"amount":"25.00","currency":"USDC","destination":"0xdest","state":"in_flight","tx":"tx_1"}`, id1),
-					typeInvalidOutcome, `state: "in_flight" is not an outcome`},
+					typeInvalidOutcome, `state "in_flight" is not an outcome`},
 				{"sent without tx", fmt.Sprintf(`{"id":%q,"amount":"25.00","currency":"USDC","destination":"0xdest","state":"sent"}`, id1),
 					typeInvalidOutcome, "without its tx"},
 				{"failed without reason", fmt.Sprintf(`{"id":%q,"amount":"25.00","currency":"USDC","destination":"0xdest","state":"failed"}`, id1),
 					typeInvalidOutcome, "without its failure_reason"},
 				{"invalid amount", fmt.Sprintf(`{"id":%q,"amount":"-25","currency":"USDC","destination":"0xdest","state":"sent","tx":"tx_1"}`, id1),
-					idemhttp.TypeInvalidFingerprint, "amount: "},
+					typeInvalidOutcome, "the outcome is not valid: invalid fingerprint: Amount: "},
 				{"no id", `{"amount":"25.00","currency":"USDC","destination":"0xdest","state":"sent","tx":"tx_1"}`,
-					idemhttp.TypeInvalidFingerprint, "id: "},
+					typeInvalidOutcome, "the outcome is not valid: invalid fingerprint: WithdrawalID: "},
 				{"amount a JSON number", fmt.Sprintf(`{"id":%q,"amount":25,"currency":"USDC","destination":"0xdest","state":"sent","tx":"tx_1"}`, id1),
 					idemhttp.TypeInvalidFingerprint, "amount: not a JSON string"},
 				{"malformed", `{"id":`, typeMalformed, "Malformed JSON"},
@@ -117,19 +120,19 @@ func TestAdminEndpoints(t *testing.T) {
 				res := do(t, "POST", a.url+"/admin/claims/k1/resolve", "-", "-", c.body)
 				p := res.problemOf(t, map[string]int{typeInvalidOutcome: 422, idemhttp.TypeInvalidFingerprint: 422, typeMalformed: 400}[c.typ], c.typ)
 				assert.Contains(t, p["detail"], c.inDetail, c.name)
-				assert.NotContains(t, p["detail"], "Amount", c.name)
 			}
 			require.Len(t, inFlight(t, a, "?tenant="), 1, "every refusal left the claim in flight")
 
 			res = do(t, "POST", a.url+"/admin/claims/k1/resolve", "-", "-", string(body))
 			require.Equal(t, http.StatusOK, res.status, "%s", res.body)
-			var got struct {
-				Resolved claimView  `json:"resolved"`
-				Outcome  Withdrawal `json:"outcome"`
-			}
+			var got resultView
 			require.NoError(t, json.Unmarshal(res.body, &got))
-			assert.Equal(t, "k1", got.Resolved.Key)
-			assert.Equal(t, sent, got.Outcome)
+			assert.Equal(t, "changed", got.Decision)
+			require.NotNil(t, got.Claim)
+			assert.Equal(t, "k1", got.Claim.Key)
+			assert.Regexp(t, `^resolved request key k1 \(token \d+\): its retries get this outcome$`, got.Message)
+			require.NotNil(t, got.Outcome)
+			assert.Equal(t, sent, *got.Outcome)
 
 			res = do(t, "POST", a.url+"/withdrawals/"+id1+"/submit", "-", "k1", "")
 			require.Equal(t, http.StatusCreated, res.status, "%s", res.body)
@@ -138,24 +141,39 @@ func TestAdminEndpoints(t *testing.T) {
 			assert.Zero(t, r.Sends()[id1], "nothing sent")
 
 			res = do(t, "POST", a.url+"/admin/claims/k1/resolve", "-", "-", string(body))
-			res.problemOf(t, http.StatusNotFound, typeNotFound)
+			require.Equal(t, http.StatusOK, res.status, "the same outcome again: %s", res.body)
+			require.NoError(t, json.Unmarshal(res.body, &got))
+			assert.Equal(t, "unchanged", got.Decision)
+			assert.Equal(t, "request key k1 already has this outcome: nothing changed", got.Message)
+
+			sent.Tx = "tx_other"
+			another, err := json.Marshal(sent)
+			require.NoError(t, err)
+			res = do(t, "POST", a.url+"/admin/claims/k1/resolve", "-", "-", string(another))
+			p = res.problemOf(t, http.StatusConflict, "urn:payoutd:problem:another-outcome")
+			assert.Equal(t, "request key k1 has another outcome: nothing changed (an outcome is never replaced)", p["detail"],
+				"another outcome of a done key reaches its 409")
 		})
 
 		t.Run("release", func(t *testing.T) {
 			res := do(t, "POST", a.url+"/admin/claims/k2/release", "-", "-", "")
-			assert.Equal(t, http.StatusNotFound, res.status, "another tenant's key: %s", res.body)
+			assert.Equal(t, http.StatusOK, res.status, "another tenant's key: %s", res.body)
+			assert.Contains(t, string(res.body), `"decision":"unchanged"`)
+			assert.Contains(t, string(res.body), "request key k2 has no claim in the default tenant: nothing to release, nothing changed")
+			assert.Len(t, inFlight(t, a, "?tenant=acme"), 1, "the other tenant's claim stands")
 
 			token := inFlight(t, a, "?tenant=acme")[0].Token
 			res = do(t, "POST", a.url+fmt.Sprintf("/admin/claims/k2/release?token=%d", token+1), "acme", "-", "")
-			assert.Contains(t, res.problemOf(t, http.StatusConflict, typeClaimChanged)["detail"], "claim changed")
+			assert.Equal(t, fmt.Sprintf("request key k2's claim is token %d, not %d: nothing changed", token, token+1),
+				res.problemOf(t, http.StatusConflict, "urn:payoutd:problem:token-differs")["detail"])
 
 			res = do(t, "POST", a.url+fmt.Sprintf("/admin/claims/k2/release?token=%d", token), "acme", "-", "")
 			require.Equal(t, http.StatusOK, res.status, "%s", res.body)
-			var got struct {
-				Released claimView `json:"released"`
-			}
+			var got resultView
 			require.NoError(t, json.Unmarshal(res.body, &got))
-			assert.Equal(t, token, got.Released.Token)
+			require.NotNil(t, got.Claim)
+			assert.Equal(t, token, got.Claim.Token)
+			assert.Equal(t, "changed", got.Decision)
 
 			f.set(id2, answer)
 			res = do(t, "POST", a.url+"/withdrawals/"+id2+"/submit", "acme", "k2-again", "")
@@ -195,15 +213,23 @@ func TestAdminPrune(t *testing.T) {
 		future := url.QueryEscape(time.Now().Add(time.Minute).UTC().Format(time.RFC3339))
 
 		t.Run("refusals", func(t *testing.T) {
-			for q, inDetail := range map[string]string{
-				"?before=1h":                        "later than the minimum retention, 24h0m0s, ago",
-				"?before=1h&force=false":            "later than the minimum retention, 24h0m0s, ago",
-				"?before=" + future:                 "in the future",
-				"?before=" + future + "&force=true": "in the future",
+			for q, c := range map[string]struct {
+				inDetail string
+				advice   bool // force=true would prune
+			}{
+				"?before=1h":                        {"later than the minimum retention, 24h0m0s, ago", true},
+				"?before=1h&force=false":            {"later than the minimum retention, 24h0m0s, ago", true},
+				"?before=" + future:                 {"in the future", false},
+				"?before=" + future + "&force=true": {"in the future", false},
 			} {
 				p := prune(q).problemOf(t, http.StatusUnprocessableEntity, typeHorizonTooRecent)
-				assert.Contains(t, p["detail"], inDetail, q)
-				assert.Contains(t, p["detail"], "force=true", q)
+				assert.Contains(t, p["detail"], c.inDetail, q)
+				assert.Contains(t, p["detail"], "nothing pruned", q)
+				if c.advice {
+					assert.Contains(t, p["detail"], "force=true prunes within the minimum retention", q)
+				} else {
+					assert.NotContains(t, p["detail"], "force=true", "%s: no advice that would not help", q)
+				}
 			}
 			for _, q := range []string{"", "?before=yesterday", "?before=-1h", "?before=48h&force=yes"} {
 				prune(q).problemOf(t, http.StatusBadRequest, typeMalformed)
@@ -253,10 +279,14 @@ func TestGetAfterPrune(t *testing.T) {
 
 		resolved := stuck(t, a, &f, "", "k-resolved")
 		wantResolved := Withdrawal{ID: resolved, Amount: "25.00", Currency: "USDC", Destination: "0xdest", State: stateSent, Tx: "tx_seen_by_the_operator"}
-		body, err := json.Marshal(wantResolved)
+		spelled := wantResolved
+		spelled.Amount, spelled.Currency = "25.0", "usdc" // the same withdrawal, as an operator may type it
+		body, err := json.Marshal(spelled)
 		require.NoError(t, err)
 		res = do(t, "POST", a.url+"/admin/claims/k-resolved/resolve", "-", "-", string(body))
 		require.Equal(t, http.StatusOK, res.status, "%s", res.body)
+		assert.Equal(t, wantResolved, do(t, "GET", a.url+"/withdrawals/"+resolved, "-", "-", "").withdrawal(t).Withdrawal,
+			"the withdrawal as created, with the operator's outcome: before the prune as after it")
 
 		// Resolved past payoutd (as submissionsctl does): kept once a GET
 		// reads it, and unknown if the ledger prunes it first.

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -206,13 +208,15 @@ func TestRailWithoutAnswer(t *testing.T) {
 				}
 
 				w := do(t, "GET", a.url+"/withdrawals/"+id, "-", "-", "").withdrawal(t)
-				assert.Equal(t, stateInFlight, w.State, "the key stays claimed, without an outcome")
+				assert.Equal(t, stateAwaitingOperator, w.State, "the key stays claimed, without an outcome, and no send runs")
 				assert.Equal(t, ptr("k-"+c.name), w.ClaimedBy)
 				assert.Empty(t, w.Tx)
 
 				res = do(t, "POST", a.url+"/withdrawals/"+id+"/submit", "-", "k-"+c.name, "")
-				assert.Equal(t, http.StatusConflict, res.status, "a retry of the key: %s", res.body)
-				assert.NotContains(t, res.problem(t), "holder")
+				p := res.problemOf(t, http.StatusConflict, idemhttp.TypeAwaitingOperator)
+				assert.NotContains(t, p, "holder")
+				assert.Contains(t, p["detail"], "ended without an answer")
+				assert.Empty(t, res.header.Values("Retry-After"), "no point coming back before an operator acts")
 				res = do(t, "POST", a.url+"/withdrawals/"+id+"/submit", "-", "k-other", "")
 				assert.Equal(t, http.StatusConflict, res.status, "another key: %s", res.body)
 				assert.Equal(t, "k-"+c.name, res.problem(t)["holder"])
@@ -221,6 +225,56 @@ func TestRailWithoutAnswer(t *testing.T) {
 			})
 		}
 	})
+}
+
+// A repeat of a key whose send runs is told so, and when to come back: the
+// rail's latency, in whole seconds; GET shows the withdrawal in flight.
+func TestSendRunning(t *testing.T) {
+	forEachStore(t, func(t *testing.T, db string) {
+		r := newRail(1100*time.Millisecond, 0, 0, 0, 0)
+		started := make(chan struct{})
+		r.decide = func(Withdrawal) fate {
+			close(started)
+			return answer
+		}
+		a := serve(t, db, r, 10*time.Second)
+		id := create(t, a, "")
+		first := make(chan response, 1)
+		go func() {
+			res, err := request(nil, "POST", a.url+"/withdrawals/"+id+"/submit", "-", "k1", "")
+			if err != nil {
+				res.body = []byte(err.Error())
+			}
+			first <- res
+		}()
+		<-started
+
+		w := do(t, "GET", a.url+"/withdrawals/"+id, "-", "-", "").withdrawal(t)
+		assert.Equal(t, stateInFlight, w.State)
+		assert.Equal(t, ptr("k1"), w.ClaimedBy)
+		res := do(t, "POST", a.url+"/withdrawals/"+id+"/submit", "-", "k1", "")
+		p := res.problemOf(t, http.StatusConflict, idemhttp.TypeKeyInFlight)
+		assert.Contains(t, p["detail"], "is running")
+		assert.Equal(t, []string{"2"}, res.header.Values("Retry-After"), "the rail's latency, 1.1s, in whole seconds")
+
+		res = <-first
+		require.Equal(t, http.StatusCreated, res.status, "%s", res.body)
+		assert.Equal(t, stateSent, do(t, "GET", a.url+"/withdrawals/"+id, "-", "-", "").withdrawal(t).State)
+		assert.Equal(t, map[string]int{id: 1}, railSends(t, a.url))
+	})
+}
+
+func TestRetryAfterOfASendRunning(t *testing.T) {
+	for _, c := range []struct {
+		latency, sendTimeout, want time.Duration
+	}{
+		{0, 10 * time.Second, 0}, // idemhttp's one second
+		{50 * time.Millisecond, 10 * time.Second, 50 * time.Millisecond},
+		{2 * time.Second, 10 * time.Second, 2 * time.Second},
+		{time.Minute, 10 * time.Second, 10 * time.Second}, // by then the send has ended
+	} {
+		assert.Equal(t, c.want, config{Rail: newRail(c.latency, 0, 0, 0, 0), SendTimeout: c.sendTimeout}.retryAfter())
+	}
 }
 
 func TestClientHangingUpDoesNotCutTheSend(t *testing.T) {
@@ -254,47 +308,98 @@ func TestRefusals(t *testing.T) {
 		valid := `{"amount":"25.00","currency":"USDC","destination":"0xdest"}`
 		long := strings.Repeat("t", 65)
 
+		large := strings.Repeat("x", maxBody)
+		const (
+			mustAmount   = `must be a positive decimal such as "25.00": digits with at most one point, no sign or exponent, at most 100 characters`
+			mustCurrency = `must be 2 to 12 ASCII letters or digits, such as "USDC"`
+		)
 		for _, c := range []struct {
 			name                  string
 			method, path, tenant  string
 			key, body             string
 			status                int
 			problemType, inDetail string
+			faults                map[string]string // the errors member: pointer -> detail
 		}{
-			{"malformed JSON", "POST", "/withdrawals", "-", "-", `{"amount":`, 400, typeMalformed, "Malformed JSON"},
-			{"not an object", "POST", "/withdrawals", "-", "-", `[1]`, 400, typeMalformed, "Malformed JSON"},
-			{"empty body", "POST", "/withdrawals", "-", "-", ``, 400, typeMalformed, "empty"},
-			{"two objects", "POST", "/withdrawals", "-", "-", valid + valid, 400, typeMalformed, "after the JSON object"},
-			{"body too large", "POST", "/withdrawals", "-", "-", `{"destination":"` + strings.Repeat("x", maxBody) + `"}`, 413, typeBodyTooLarge, "over 16384 bytes"},
-			{"negative amount", "POST", "/withdrawals", "-", "-", `{"amount":"-5","currency":"USDC","destination":"0xdest"}`, 422, idemhttp.TypeInvalidFingerprint, "amount: "},
-			{"amount not a number", "POST", "/withdrawals", "-", "-", `{"amount":"abc","currency":"USDC","destination":"0xdest"}`, 422, idemhttp.TypeInvalidFingerprint, "amount: "},
-			{"zero amount", "POST", "/withdrawals", "-", "-", `{"amount":"0.00","currency":"USDC","destination":"0xdest"}`, 422, idemhttp.TypeInvalidFingerprint, "amount: "},
-			{"amount a JSON number", "POST", "/withdrawals", "-", "-", `{"amount":25,"currency":"USDC","destination":"0xdest"}`, 422, idemhttp.TypeInvalidFingerprint, "amount: not a JSON string"},
-			{"no amount", "POST", "/withdrawals", "-", "-", `{"currency":"USDC","destination":"0xdest"}`, 422, idemhttp.TypeInvalidFingerprint, "amount: "},
-			{"bad currency", "POST", "/withdrawals", "-", "-", `{"amount":"1","currency":"U$","destination":"0xdest"}`, 422, idemhttp.TypeInvalidFingerprint, "currency: "},
-			{"no destination", "POST", "/withdrawals", "-", "-", `{"amount":"1","currency":"USDC"}`, 422, idemhttp.TypeInvalidFingerprint, "destination: "},
-			{"create, invalid tenant", "POST", "/withdrawals", long, "-", valid, 400, idemhttp.TypeInvalidTenant, "X-Tenant"},
-			{"no key", "POST", "/withdrawals/" + id + "/submit", "-", "-", "", 400, idemhttp.TypeInvalidKey, "missing"},
-			{"blank key", "POST", "/withdrawals/" + id + "/submit", "-", "  ", "", 400, idemhttp.TypeInvalidKey, "empty"},
-			{"malformed key", "POST", "/withdrawals/" + id + "/submit", "-", `"k`, "", 400, idemhttp.TypeInvalidKey, "malformed"},
-			{"submit, unknown id", "POST", "/withdrawals/wd_unknown/submit", "-", "k", "", 404, typeNotFound, "wd_unknown"},
-			{"submit, invalid tenant", "POST", "/withdrawals/" + id + "/submit", long, "k", "", 400, idemhttp.TypeInvalidTenant, "X-Tenant"},
-			{"get, unknown id", "GET", "/withdrawals/wd_unknown", "-", "-", "", 404, typeNotFound, "wd_unknown"},
-			{"get, invalid tenant", "GET", "/withdrawals/" + id, long, "-", "", 400, idemhttp.TypeInvalidTenant, "X-Tenant"},
-			{"no such path", "GET", "/nowhere", "-", "-", "", 404, typeNotFound, "/nowhere"},
-			{"no such method", "DELETE", "/withdrawals/" + id, "-", "-", "", 405, typeMethodNotAllowed, "DELETE"},
-			{"get, no such method", "GET", "/withdrawals", "-", "-", "", 405, typeMethodNotAllowed, "GET"},
-			{"admin, no such method", "GET", "/admin/prune", "-", "-", "", 405, typeMethodNotAllowed, "GET"},
+			{"malformed JSON", "POST", "/withdrawals", "-", "-", `{"amount":`, 400, typeMalformed, "Malformed JSON: the body ends inside the JSON object.", nil},
+			{"bad JSON", "POST", "/withdrawals", "-", "-", `{"amount" 1}`, 400, typeMalformed, "Malformed JSON at byte 11: a JSON object is expected.", nil},
+			{"not an object", "POST", "/withdrawals", "-", "-", `[1]`, 400, typeMalformed, "Malformed JSON: a JSON object is expected.", nil},
+			{"empty body", "POST", "/withdrawals", "-", "-", ``, 400, typeMalformed, "empty", nil},
+			{"two objects", "POST", "/withdrawals", "-", "-", valid + valid, 400, typeMalformed, "after the JSON object", nil},
+			{"body too large", "POST", "/withdrawals", "-", "-", `{"destination":"` + large + `"}`, 413, typeBodyTooLarge, "over 16384 bytes", nil},
+			{"submit, body too large", "POST", "/withdrawals/" + id + "/submit", "-", "k", large + "x", 413, typeBodyTooLarge, "over 16384 bytes", nil},
+			{"get, body too large", "GET", "/withdrawals/" + id, "-", "-", large + "x", 413, typeBodyTooLarge, "over 16384 bytes", nil},
+			{"negative amount", "POST", "/withdrawals", "-", "-", `{"amount":"-5","currency":"USDC","destination":"0xdest"}`, 422,
+				idemhttp.TypeInvalidFingerprint, "", map[string]string{"#/amount": mustAmount}},
+			{"amount not a number", "POST", "/withdrawals", "-", "-", `{"amount":"abc","currency":"USDC","destination":"0xdest"}`, 422,
+				idemhttp.TypeInvalidFingerprint, "", map[string]string{"#/amount": mustAmount}},
+			{"zero amount", "POST", "/withdrawals", "-", "-", `{"amount":"0.00","currency":"USDC","destination":"0xdest"}`, 422,
+				idemhttp.TypeInvalidFingerprint, "", map[string]string{"#/amount": mustAmount}},
+			{"amount a JSON number", "POST", "/withdrawals", "-", "-", `{"amount":25,"currency":"USDC","destination":"0xdest"}`, 422,
+				idemhttp.TypeInvalidFingerprint, "", map[string]string{"#/amount": "is not a JSON string"}},
+			{"no amount", "POST", "/withdrawals", "-", "-", `{"currency":"USDC","destination":"0xdest"}`, 422,
+				idemhttp.TypeInvalidFingerprint, "", map[string]string{"#/amount": "is missing"}},
+			{"bad currency", "POST", "/withdrawals", "-", "-", `{"amount":"1","currency":"U$","destination":"0xdest"}`, 422,
+				idemhttp.TypeInvalidFingerprint, "", map[string]string{"#/currency": mustCurrency}},
+			{"no destination", "POST", "/withdrawals", "-", "-", `{"amount":"1","currency":"USDC"}`, 422,
+				idemhttp.TypeInvalidFingerprint, "", map[string]string{"#/destination": "is missing"}},
+			{"empty object", "POST", "/withdrawals", "-", "-", `{}`, 422,
+				idemhttp.TypeInvalidFingerprint, "", map[string]string{"#/amount": "is missing", "#/currency": "is missing", "#/destination": "is missing"}},
+			{"every field wrong its own way", "POST", "/withdrawals", "-", "-", `{"amount":"-1","currency":7,"destination":null}`, 422,
+				idemhttp.TypeInvalidFingerprint, "", map[string]string{"#/amount": mustAmount, "#/currency": "is not a JSON string", "#/destination": "is missing"}},
+			{"destination too long", "POST", "/withdrawals", "-", "-", `{"amount":"1","currency":"usdc","destination":"` + strings.Repeat("x", 1025) + `"}`, 422,
+				idemhttp.TypeInvalidFingerprint, "", map[string]string{"#/destination": "must be 1 to 1024 bytes of UTF-8, without NUL bytes"}},
+			{"create, invalid tenant", "POST", "/withdrawals", long, "-", valid, 400, idemhttp.TypeInvalidTenant,
+				"The X-Tenant header is not a tenant: a tenant is at most 64 bytes of UTF-8, without NUL bytes.", nil},
+			{"no key", "POST", "/withdrawals/" + id + "/submit", "-", "-", "", 400, idemhttp.TypeInvalidKey, "missing", nil},
+			{"blank key", "POST", "/withdrawals/" + id + "/submit", "-", "  ", "", 400, idemhttp.TypeInvalidKey, "empty", nil},
+			{"malformed key", "POST", "/withdrawals/" + id + "/submit", "-", `"k`, "", 400, idemhttp.TypeInvalidKey, "malformed", nil},
+			{"submit, unknown id", "POST", "/withdrawals/wd_unknown/submit", "-", "k", "", 404, typeNotFound, "wd_unknown", nil},
+			{"submit, invalid tenant", "POST", "/withdrawals/" + id + "/submit", long, "k", "", 400, idemhttp.TypeInvalidTenant, "X-Tenant", nil},
+			{"get, unknown id", "GET", "/withdrawals/wd_unknown", "-", "-", "", 404, typeNotFound, "wd_unknown", nil},
+			{"get, invalid tenant", "GET", "/withdrawals/" + id, long, "-", "", 400, idemhttp.TypeInvalidTenant, "X-Tenant", nil},
+			{"no such path", "GET", "/nowhere", "-", "-", "", 404, typeNotFound, "/nowhere", nil},
+			{"no such method", "DELETE", "/withdrawals/" + id, "-", "-", "", 405, typeMethodNotAllowed, "DELETE", nil},
+			{"get, no such method", "GET", "/withdrawals", "-", "-", "", 405, typeMethodNotAllowed, "GET", nil},
+			{"admin, no such method", "GET", "/admin/prune", "-", "-", "", 405, typeMethodNotAllowed, "GET", nil},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				res := do(t, c.method, a.url+c.path, c.tenant, c.key, c.body)
 				p := res.problemOf(t, c.status, c.problemType)
 				assert.Contains(t, p["detail"], c.inDetail)
+				assert.NotEqual(t, http.StatusText(c.status), p["title"], "a title of its own")
 				for _, goName := range []string{"WithdrawalID", "Amount", "Currency", "Destination"} {
 					assert.NotContains(t, p["detail"], goName, "JSON names only")
 				}
+				for _, goText := range []string{"invalid character", "unexpected EOF", "json:", "invalid tenant", "invalid fingerprint"} {
+					assert.NotContains(t, p["detail"], goText, "no error's text")
+				}
+				if c.faults == nil {
+					assert.NotContains(t, p, "errors")
+					return
+				}
+				assert.Equal(t, "The withdrawal's id, amount, currency or destination is not valid.", p["detail"], "idemhttp's sentence")
+				faults := map[string]string{}
+				for _, f := range p["errors"].([]any) {
+					f := f.(map[string]any)
+					faults[f["pointer"].(string)] = f["detail"].(string)
+				}
+				assert.Equal(t, c.faults, faults, "every field at fault, at once")
 			})
 		}
+
+		t.Run("a header net/http refuses is its plain 400", func(t *testing.T) {
+			conn, err := net.Dial("tcp", strings.TrimPrefix(a.url, "http://"))
+			require.NoError(t, err)
+			defer conn.Close()
+			_, err = fmt.Fprintf(conn, "GET /withdrawals/%s HTTP/1.1\r\nHost: payoutd\r\nX-Tenant: a\x01b\r\nConnection: close\r\n\r\n", id)
+			require.NoError(t, err)
+			res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			require.NoError(t, err)
+			defer res.Body.Close()
+			assert.Equal(t, http.StatusBadRequest, res.StatusCode)
+			assert.Contains(t, res.Header.Get("Content-Type"), "text/plain", "not a problem: the package doc says so")
+		})
 
 		t.Run("405 keeps Allow", func(t *testing.T) {
 			for path, allow := range map[string]string{"/withdrawals": "POST", "/withdrawals/" + id: "GET, HEAD", "/admin/inflight": "GET, HEAD"} {
@@ -313,14 +418,57 @@ func TestRefusals(t *testing.T) {
 			defer tr.CloseIdleConnections()
 			res, err := (&http.Client{Transport: tr}).Do(req)
 			require.NoError(t, err)
-			res.Body.Close()
+			defer res.Body.Close()
 			assert.Equal(t, http.StatusBadRequest, res.StatusCode)
 			assert.Equal(t, "application/problem+json", res.Header.Get("Content-Type"))
+			var p map[string]any
+			require.NoError(t, json.NewDecoder(res.Body).Decode(&p))
+			assert.Equal(t, "The X-Tenant header is repeated: a request names one tenant.", p["detail"])
 		})
 
 		w := do(t, "GET", a.url+"/withdrawals/"+id, "-", "-", "").withdrawal(t)
 		assert.Equal(t, stateApproved, w.State, "no refusal touched the withdrawal")
 		assert.Empty(t, railSends(t, a.url))
+	})
+}
+
+// A refused request claims nothing: the same key with a good request then
+// sends, as the package doc says.
+func TestRefusalLeavesTheKeyUnused(t *testing.T) {
+	forEachStore(t, func(t *testing.T, db string) {
+		a := serve(t, db, newRail(0, 0, 0, 0, 0), 10*time.Second)
+		held := create(t, a, "")
+		require.Equal(t, http.StatusCreated, do(t, "POST", a.url+"/withdrawals/"+held+"/submit", "-", "holder", "").status)
+		for _, c := range []struct {
+			name         string
+			status       int
+			path, tenant string // {id} is a withdrawal of the default tenant's
+			body         string
+			then         string // the tenant of the good request
+		}{
+			{"400, an invalid tenant", 400, "/withdrawals/{id}/submit", strings.Repeat("t", 65), "", ""},
+			{"404, no such withdrawal", 404, "/withdrawals/wd_unknown/submit", "", "", ""},
+			{"404, another tenant's withdrawal", 404, "/withdrawals/{id}/submit", "acme", "", "acme"},
+			{"413, a body too large", 413, "/withdrawals/{id}/submit", "", strings.Repeat("x", maxBody+1), ""},
+			{"409, a withdrawal another key holds", 409, "/withdrawals/" + held + "/submit", "", "", ""},
+			{"422, a create refused", 422, "/withdrawals", "", `{"amount":"-1"}`, ""},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				id := create(t, a, "")
+				key := "key-" + id
+				res := do(t, "POST", a.url+strings.ReplaceAll(c.path, "{id}", id), c.tenant, key, c.body)
+				require.Equal(t, c.status, res.status, "%s", res.body)
+				res.problem(t)
+
+				if c.then != "" {
+					id = create(t, a, c.then)
+				}
+				res = do(t, "POST", a.url+"/withdrawals/"+id+"/submit", c.then, key, "")
+				require.Equal(t, http.StatusCreated, res.status, "the key, unused, sends: %s", res.body)
+				assert.Empty(t, res.header.Values("Idempotent-Replayed"))
+				assert.Equal(t, 1, railSends(t, a.url)[id])
+			})
+		}
 	})
 }
 

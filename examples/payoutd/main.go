@@ -17,7 +17,9 @@
 //	-wait                how long a repeat of a key whose send is running waits
 //	                     for its outcome before answering (default 0: a 409 at
 //	                     once); an outcome in time is a 201, replayed
-//	-rail-latency        how long the fake rail takes to answer (default 0)
+//	-rail-latency        how long the fake rail takes to answer (default 0);
+//	                     also the Retry-After of a 409 for a key whose send
+//	                     runs (at most -send-timeout; at least 1 second)
 //	-rail-decline        share of sends, 0 to 1, the rail declines: no money
 //	                     moves, and the withdrawal is failed (an outcome: 201)
 //	-rail-unavailable    share of sends, 0 to 1, the rail is unavailable for and
@@ -50,24 +52,33 @@
 //
 // # The HTTP API
 //
-// Bodies are JSON objects of at most 16 KiB (16384 bytes); a larger one is
-// a 413. Every error, 404 and 405 included, is an RFC 9457 problem, with the
-// content type application/problem+json and the fields type, title, status
-// and detail (and holder, below). The types are the ledger's
-// (urn:submissions:problem:..., see package idemhttp) and payoutd's own,
-// urn:payoutd:problem: followed by not-found (404: no such path, withdrawal
-// or claim in flight), method-not-allowed (405, with Allow),
-// malformed-request (400: a body that is not one JSON object, a bad query
-// parameter), body-too-large (413), invalid-outcome (422), outcome-conflict
-// and claim-changed (409), and horizon-too-recent (422). A detail names a
-// field by its JSON name.
+// Every error that reaches payoutd, 404 and 405 included, is an RFC 9457
+// problem, with the content type application/problem+json and the members
+// type, title, status and detail (and holder, answer and errors, below).
+// Outside the admin endpoints, the detail is a sentence written for the
+// client, never an error's text. The types
+// are the ledger's (urn:submissions:problem:..., see package idemhttp, with
+// its fixed sentences; for invalid-tenant payoutd says what is wrong with
+// the X-Tenant header) and payoutd's own, urn:payoutd:problem: followed by
+// not-found (404: no such path or withdrawal), method-not-allowed (405, with
+// Allow), malformed-request (400: a body that is not one JSON object, a bad
+// query parameter), body-too-large (413), and the admin endpoints' own
+// (below). net/http itself refuses a request it cannot parse (a malformed
+// request line or header field, such as a header value with a control
+// character) with a plain-text 400 before payoutd sees it: that one is not
+// a problem. A request body, on every endpoint, is at most 16 KiB (16384
+// bytes): a larger one is a 413, and nothing else happens. Bodies are JSON
+// objects; a detail or an errors member names a field by its JSON name.
 //
 // POST /withdrawals with {"amount": "25.00", "currency": "USDC",
 // "destination": "0xab..."} creates a withdrawal: 201 and {"id", "amount",
 // "currency", "destination", "state": "approved"}. The id ("wd_" and 32 hex
 // digits) is the server's, random, never the client's: the ledger's claim is
-// only as strong as the id. Malformed JSON is a 400; an invalid amount,
-// currency or destination (or a field that is not a JSON string) a 422.
+// only as strong as the id. It takes no Idempotency-Key: each call creates
+// a withdrawal. Malformed JSON is a 400; a missing or invalid amount,
+// currency or destination (or one that is not a JSON string) a 422
+// invalid-fingerprint whose errors member lists every field at fault at
+// once: [{"pointer": "#/amount", "detail": "is missing"}, ...].
 //
 // POST /withdrawals/{id}/submit with an Idempotency-Key header sends the
 // withdrawal: 201 and the withdrawal with "state": "sent" and "tx", the
@@ -75,14 +86,22 @@
 // "failure_reason" (nothing moved; the withdrawal stays claimed by the key:
 // a new attempt is a new withdrawal). A repeat of the key gets the same
 // status and body, byte for byte, with Idempotent-Replayed: true, and sends
-// nothing. Refused, this request sending nothing:
+// nothing. It reads no body (one is read and dropped, and over 16 KiB is a
+// 413 like any other). Refused, this request sending nothing:
 //
-//	400  Idempotency-Key missing or invalid
+//	400  Idempotency-Key missing or invalid, X-Tenant invalid
 //	404  no such withdrawal (or another tenant's)
-//	409  the key's send is still running, or ended without an answer (with
-//	     -wait d, a repeat first waits up to d for the running send's outcome:
-//	     201 replayed if it comes, 502 if the send ends without one; a key
-//	     released meanwhile is a 409 too, and the retry sends)
+//	413  a body over 16 KiB
+//	409  key-in-flight: the key's send is running, or not known to have
+//	     ended (with Retry-After: the rail's latency, in whole seconds, at
+//	     least 1, at most -send-timeout; with -wait d, a repeat first waits
+//	     up to d for the running send's outcome: 201 replayed if it comes,
+//	     502 if the send ends without one; a key released meanwhile is a
+//	     409 too, and the retry sends)
+//	409  awaiting-operator: the key's send ended without an answer, no send
+//	     runs, and nothing changes until an operator resolves or releases
+//	     the key (no Retry-After); then a retry gets the operator's outcome,
+//	     or sends
 //	409  another key holds the withdrawal: "holder" names it; look it up
 //	410  the key's outcome was pruned: the key and its withdrawal stay
 //	     claimed for ever, and are never sent again
@@ -91,19 +110,33 @@
 //	503  the rail was unavailable and moved nothing (not-sent, Retry-After):
 //	     the key is free again, and a retry with the same key sends
 //
-// and 502 when the rail failed or did not answer in time: money may have
-// moved, and the key stays claimed (409 to every retry) until an operator
-// looks at the rail and resolves or releases it. Never retry under a new key.
+// A request refused with 400, 404 or 413, or with the 409 that names
+// another key as holder, claims nothing: its key stays unused, and a good
+// request under it later sends (a create refused with 422 uses no key at
+// all). The other 409s, the 410 and the 422 find the key claimed already,
+// and leave it as it is.
+//
+// 502 when the rail failed or did not answer in time: money may have
+// moved, and the key stays claimed (409 awaiting-operator to every retry)
+// until an operator looks at the rail and resolves or releases it. A 502
+// outcome-not-recorded (the rail answered, and its answer could not be
+// recorded) carries the rail's answer, the withdrawal as the rail returned
+// it, in its answer member; its detail says whether the key stays claimed
+// or an operator resolved or released it while the rail answered. Never
+// retry under a new key.
 //
 // GET /withdrawals/{id} returns the withdrawal with its state and
 // "claimed_by", the request key holding it or null. The state is "approved"
-// while no key holds it, "in_flight" while the holder key has no outcome (its
-// send is running, or ended without an answer and waits for an operator),
-// and the outcome's once it has one: "sent" (with "tx") or "failed" (with
-// "failure_reason"). payoutd keeps the outcome in its own store as well (in
-// memory, or in payoutd_withdrawals), so a withdrawal whose record the ledger
-// pruned still reads as it ended; "unknown" if the ledger pruned an outcome
-// payoutd never saw (one resolved around it and never read).
+// while no key holds it; "in_flight" while the holder key has no outcome
+// and its send is not known to have ended (it runs, or the process running
+// it stopped mid-send); "awaiting_operator" when that send ended without an
+// answer (a 502): nothing changes until an operator resolves or releases
+// the key; and the outcome's once it has one: "sent" (with "tx") or
+// "failed" (with "failure_reason"). payoutd keeps the outcome in its own
+// store as well (in memory, or in payoutd_withdrawals), so a withdrawal
+// whose record the ledger pruned still reads as it ended; "unknown" if the
+// ledger pruned an outcome payoutd never saw (one resolved around it and
+// never read).
 //
 // GET /rail/sends returns {"<withdrawal id>": <count>, ...}: how many times
 // this process's fake rail moved money for each withdrawal, answered or not
@@ -121,39 +154,42 @@
 // # Admin endpoints
 //
 // The operator's side, for the keys left in flight and for retention (see
-// the README's runbook). They are open to every client here; a real service
-// must serve them only behind real authentication of its operators. Their
-// errors are problems whose detail is the ledger's error.
+// docs/operations.md). They are open to every client here; a real service
+// must serve them only behind real authentication of its operators. `payoutd
+// ctl` is the same from a shell, on payoutd's database (payoutd ctl -h).
 //
 // GET /admin/inflight lists the keys in flight, oldest first, in every tenant:
 // 200 and [{"tenant", "key", "withdrawal_id", "amount", "currency",
-// "destination", "claimed_at", "token", "sending"}, ...]. Query parameters:
-// older_than (a duration: the keys claimed at least that long ago), tenant
-// (that tenant's keys only; tenant= is the default tenant) and limit (1 to
-// 1000, default 100: the oldest ones). "sending" is true while this process
-// runs the key's send: leave those alone. A bad parameter is a 400.
+// "destination", "claimed_at", "token", "sending", "abandoned", "send"},
+// ...]. Query parameters: older_than (a duration: the keys claimed at least
+// that long ago), tenant (that tenant's keys only; tenant= is the default
+// tenant) and limit (1 to 1000, default 100: the oldest ones). "send" is
+// "running" while this process runs the key's send (leave those alone),
+// "ended without answer" once it ended so ("abandoned": look at the rail),
+// and "not known to have ended" otherwise (another process may run it, or
+// stopped mid-send). A bad parameter is a 400.
 //
 // POST /admin/claims/{key}/resolve, in the X-Tenant header's tenant, with
-// the withdrawal as the rail shows it as the body, records it as the outcome
-// of the key's claim in flight, and payoutd keeps it as the withdrawal's
-// state: 200 and {"resolved": claim, "outcome": withdrawal}; every retry of
-// the key replays it. The body is checked as a client's would be: its id,
-// amount, currency and destination valid (422 invalid-fingerprint), and its
-// state an outcome, "sent" with a "tx" or "failed" with a "failure_reason"
-// (422 invalid-outcome); an outcome of another withdrawal than the claim's
-// is a 409 outcome-conflict.
-//
-// POST /admin/claims/{key}/release drops the claim, the rail having affirmed
-// that the key's sends moved nothing: 200 and {"released": claim}; the
+// the withdrawal as the rail shows it as the body ("sent" with its "tx", or
+// "failed" with its "failure_reason"), records it as the outcome of the
+// key's claim, and payoutd keeps its state as the withdrawal's; every retry
+// of the key replays it. POST /admin/claims/{key}/release drops the claim,
+// the rail having affirmed that the key's sends moved nothing; the
 // withdrawal may be sent again (the rail key stays the same, so a rail that
-// deduplicates answers a wrong release with the first transfer).
+// deduplicates answers a wrong release with the first transfer). Both take
+// token=N, to act only on that claim, and force=true, to act on a claim whose
+// send is not known to have ended.
 //
-// Both act on the claim the listing shows, by its token, and with ?token=N
-// only if the key's claim is still that one: a key released and claimed
-// again meanwhile is a 409 claim-changed and nothing changes. 404 when the
-// key has no claim in flight in the tenant; 409 when the outcome contradicts
-// the claim or the recorded one (outcome-conflict), or when this process is
-// sending the key (release: key-in-flight).
+// Their decisions are package admin's, in its words (admin.Result), the
+// same as payoutd ctl's: 200 and {"action", "decision", "message", "state",
+// "claim", "outcome"} when the ledger is as asked ("changed", or
+// "unchanged": the same outcome again, a release of a key without a claim);
+// otherwise a problem of type urn:payoutd:problem:RULE whose detail is the
+// message, with "next" (what to do) and the same members: 400 invalid-key,
+// invalid-tenant; 404 unknown-key; 409 token-differs, field-differs,
+// other-withdrawal, another-outcome, has-outcome, send-may-be-running,
+// send-running, claim-changed; 410 pruned; 422 invalid-outcome; 503
+// store-failed, context-ended.
 //
 // POST /admin/prune?before=T turns the records settled before T (RFC 3339,
 // or a duration ago such as 720h), in every tenant, into tombstones: 200 and
@@ -198,10 +234,14 @@ func main() {
 		<-ctx.Done()
 		stop() // a second signal stops payoutd at once
 	}()
+	if len(os.Args) > 1 && os.Args[1] == "ctl" { // the operator's command line: payoutd ctl -h
+		code := runCtl(ctx, os.Args[2:], os.Stdin, os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	switch {
-	case errors.Is(err, flag.ErrHelp):
-		os.Exit(2)
+	case errors.Is(err, flag.ErrHelp): // -h: the usage, asked for and printed
 	case err != nil:
 		fmt.Fprintln(os.Stderr, "payoutd:", err)
 		os.Exit(1)
@@ -214,20 +254,33 @@ const shutdownGrace = 5 * time.Second
 
 // run serves the API with the flags in args until ctx ends, then shuts down
 // gracefully. It prints the listening address, and then "payoutd stopped", to
-// stdout, and logs to stderr.
+// stdout, and logs to stderr. With -h it prints the usage to stdout and
+// returns flag.ErrHelp; with a flag it does not know, the usage to stderr
+// and the flag's error.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	flags := flag.NewFlagSet("payoutd", flag.ContinueOnError)
-	flags.SetOutput(stderr)
+	flags.SetOutput(io.Discard) // the usage is printed below, where it belongs
+	flags.Usage = func() {
+		fmt.Fprint(flags.Output(), "Usage: payoutd [flags]\n\n"+
+			"An example payout service on the submissions ledger: an HTTP API that sends\n"+
+			"each withdrawal to a fake payment rail at most once (go doc ./examples/payoutd).\n\nFlags:\n")
+		flags.PrintDefaults()
+	}
 	addr := flags.String("addr", "127.0.0.1:8080", "`address` to listen on; port 0 picks a free one")
 	databaseURL := flags.String("database-url", "", "PostgreSQL connection `string`; empty keeps everything in memory")
 	sendTimeout := flags.Duration("send-timeout", 10*time.Second, "how long a send may take")
 	wait := flags.Duration("wait", 0, "how long a repeat of a key whose send runs waits for its outcome (then 201, replayed) before a 409; 0 answers 409 at once")
-	latency := flags.Duration("rail-latency", 0, "how long the fake rail takes to answer")
+	latency := flags.Duration("rail-latency", 0, "how long the fake rail takes to answer; also the Retry-After of a key whose send runs")
 	declineShare := flags.Float64("rail-decline", 0, "`share` of sends (0 to 1) the fake rail declines, moving no money: the withdrawal is failed")
 	unavailableShare := flags.Float64("rail-unavailable", 0, "`share` of sends (0 to 1) the fake rail is unavailable for, moving no money and saying so: a 503, and a retry sends")
 	failShare := flags.Float64("rail-fail", 0, "`share` of sends (0 to 1) the fake rail fails, moving no money without saying so: a 502, the key left claimed")
 	timeoutShare := flags.Float64("rail-timeout-share", 0, "`share` of sends (0 to 1) that move money and never answer")
 	if err := flags.Parse(args); err != nil {
+		flags.SetOutput(stderr)
+		if errors.Is(err, flag.ErrHelp) { // asked for: on stdout
+			flags.SetOutput(stdout)
+		}
+		flags.Usage()
 		return err
 	}
 	least := min(*declineShare, *unavailableShare, *failShare, *timeoutShare)

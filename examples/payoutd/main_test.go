@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"os/exec"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -325,4 +327,34 @@ func checkTaps(t *testing.T, id string, got []response) []byte {
 	assert.Equal(t, stateSent, w.State)
 	assert.NotEmpty(t, w.Tx)
 	return sent
+}
+
+// payoutd -h prints its usage to stdout and exits 0, as submissionsctl -h
+// does; a flag it does not know prints the usage to stderr and fails.
+func TestHelp(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	require.ErrorIs(t, run(t.Context(), []string{"-h"}, &stdout, &stderr), flag.ErrHelp)
+	assert.Contains(t, stdout.String(), "Usage: payoutd [flags]")
+	assert.Contains(t, stdout.String(), "-send-timeout")
+	assert.Empty(t, stderr.String())
+
+	stdout.Reset()
+	err := run(t.Context(), []string{"-no-such-flag"}, &stdout, &stderr)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, flag.ErrHelp)
+	assert.Empty(t, stdout.String())
+	assert.Contains(t, stderr.String(), "Usage: payoutd [flags]")
+
+	bin := buildPayoutd(t)
+	cmd := exec.Command(bin, "-h")
+	out, err := cmd.Output()
+	require.NoError(t, err, "payoutd -h exits 0")
+	assert.Contains(t, string(out), "Usage: payoutd [flags]")
+	out, err = exec.Command(bin, "ctl", "-h").Output()
+	require.NoError(t, err, "payoutd ctl -h exits 0")
+	assert.Contains(t, string(out), "Usage: payoutd ctl [global flags] COMMAND")
+	err = exec.Command(bin, "-no-such-flag").Run()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit)
+	assert.NotZero(t, exit.ExitCode())
 }

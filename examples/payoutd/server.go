@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/driver"
 	"github.com/idemledger/submissions/examples/prommetrics"
 	"github.com/idemledger/submissions/idemhttp"
 	"github.com/idemledger/submissions/pgstore"
@@ -26,7 +27,8 @@ import (
 // real service takes from its authentication.
 const tenantHeader = "X-Tenant"
 
-// maxBody caps a request body: a withdrawal's fields fit many times over.
+// maxBody caps a request body, on every endpoint: a withdrawal's fields fit
+// many times over.
 const maxBody = 16 << 10
 
 // The types of payoutd's own problems; the ledger's errors are idemhttp's.
@@ -41,6 +43,18 @@ const (
 	typeHorizonTooRecent = "urn:payoutd:problem:horizon-too-recent" // 422: a prune horizon in the future or within the minimum retention
 )
 
+// titles are the titles of payoutd's own problems, by type.
+var titles = map[string]string{
+	typeNotFound:         "Not found",
+	typeMethodNotAllowed: "Method not allowed",
+	typeMalformed:        "Malformed request",
+	typeBodyTooLarge:     "Request body too large",
+	typeInvalidOutcome:   "Invalid outcome",
+	typeOutcomeConflict:  "Outcome conflicts with the claim",
+	typeClaimChanged:     "Claim changed",
+	typeHorizonTooRecent: "Prune horizon too recent",
+}
+
 // config is what a server is made of.
 type config struct {
 	Pool        *pgxpool.Pool // PostgreSQL; nil keeps everything in memory
@@ -50,13 +64,21 @@ type config struct {
 	Logger      *slog.Logger  // nil: slog.Default()
 }
 
+// retryAfter is the Retry-After of a key whose send runs: when a send
+// started then has answered, the rail's latency, at most the send timeout
+// (idemhttp rounds it up to whole seconds, and makes 0 one second).
+func (c config) retryAfter() time.Duration {
+	return min(c.Rail.latency, c.SendTimeout)
+}
+
 // server is payoutd's HTTP API.
 type server struct {
 	ledger      *submissions.Submissions[Withdrawal]
+	store       driver.Store[Withdrawal] // the ledger's, read to tell a send that runs from one that ended without an answer
 	withdrawals withdrawals
 	rail        *rail
 	sendTimeout time.Duration
-	wait        time.Duration
+	repeat      idemhttp.SubmitOptions // Wait and RetryAfter of a repeat of a key whose send runs
 	log         *slog.Logger
 	mux         *http.ServeMux
 }
@@ -65,7 +87,8 @@ type server struct {
 // a pool it brings the ledger's table and the withdrawals table up to date
 // first.
 func newServer(ctx context.Context, cfg config) (*server, error) {
-	s := &server{rail: cfg.Rail, sendTimeout: cfg.SendTimeout, wait: cfg.Wait, log: cfg.Logger, mux: http.NewServeMux()}
+	s := &server{rail: cfg.Rail, sendTimeout: cfg.SendTimeout, log: cfg.Logger, mux: http.NewServeMux(),
+		repeat: idemhttp.SubmitOptions{Wait: cfg.Wait, RetryAfter: cfg.retryAfter()}}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -77,7 +100,8 @@ func newServer(ctx context.Context, cfg config) (*server, error) {
 	}
 	opts := []submissions.Option{submissions.WithLogger(s.log), submissions.WithObserver(obs)}
 	if cfg.Pool == nil {
-		s.ledger = submissions.New[Withdrawal](opts...)
+		s.store = submissions.NewMemoryStore[Withdrawal]()
+		s.ledger = submissions.NewWithStore(s.store, opts...)
 		s.withdrawals = &memWithdrawals{}
 	} else {
 		store, err := pgstore.New[Withdrawal](cfg.Pool)
@@ -91,6 +115,7 @@ func newServer(ctx context.Context, cfg config) (*server, error) {
 		if err := ws.migrate(ctx); err != nil {
 			return nil, err
 		}
+		s.store = store
 		s.ledger = submissions.NewWithStore[Withdrawal](store, opts...)
 		s.withdrawals = ws
 	}
@@ -113,7 +138,9 @@ func newServer(ctx context.Context, cfg config) (*server, error) {
 
 // ServeHTTP routes r. The mux's own answers, a 404 for a path it does not
 // serve and a 405 (with Allow) for a method it does not serve there, are
-// problems like every other error.
+// problems like every other error. The body of a request it serves is read
+// whole first, whether its handler reads it or not: over maxBody it is a
+// 413, and nothing else happens.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h, pattern := s.mux.Handler(r); pattern == "" {
 		miss := &routeMiss{header: http.Header{}}
@@ -126,6 +153,17 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, typeNotFound, http.StatusNotFound, fmt.Sprintf("Nothing is served on %s.", r.URL.Path))
 		return
 	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		if _, tooLarge := errors.AsType[*http.MaxBytesError](err); tooLarge {
+			writeProblem(w, typeBodyTooLarge, http.StatusRequestEntityTooLarge,
+				fmt.Sprintf("The request body is over %d bytes; this request changed nothing.", maxBody))
+			return
+		}
+		writeProblem(w, typeMalformed, http.StatusBadRequest, "The request body could not be read; this request changed nothing.")
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
 	s.mux.ServeHTTP(w, r)
 }
 
@@ -144,18 +182,33 @@ func (s *server) create(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var in struct {
-		Amount      string `json:"amount"`
-		Currency    string `json:"currency"`
-		Destination string `json:"destination"`
+	var in struct { // each member as sent, so that every field at fault is named at once
+		Amount      json.RawMessage `json:"amount"`
+		Currency    json.RawMessage `json:"currency"`
+		Destination json.RawMessage `json:"destination"`
 	}
 	if !decode(w, r, &in) {
 		return
 	}
-	wd := Withdrawal{ID: "wd_" + randomHex(16), Amount: in.Amount, Currency: in.Currency,
-		Destination: in.Destination, State: stateApproved}
-	if err := validate(wd); err != nil {
-		writeErrorSaying(w, err) // "invalid fingerprint: amount: not a positive decimal ..."
+	wd := Withdrawal{ID: "wd_" + randomHex(16), State: stateApproved}
+	var faults []idemhttp.FieldError
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+		to   *string
+	}{{"amount", in.Amount, &wd.Amount}, {"currency", in.Currency, &wd.Currency}, {"destination", in.Destination, &wd.Destination}} {
+		fault := stringMember(f.raw, f.to)
+		if fault == "" {
+			fault = fieldFault(f.name, *f.to)
+		}
+		if fault != "" {
+			faults = append(faults, idemhttp.FieldError{Pointer: "#/" + f.name, Detail: fault})
+		}
+	}
+	if len(faults) > 0 {
+		p := idemhttp.ProblemFor(submissions.ErrInvalidFingerprint)
+		p.Errors = faults
+		idemhttp.WriteProblem(w, p)
 		return
 	}
 	if err := s.withdrawals.create(r.Context(), tenant, wd); err != nil {
@@ -187,7 +240,7 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 	// cut short, it would leave the key claimed without an answer.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.sendTimeout)
 	defer cancel()
-	out, err := idemhttp.SubmitWaiting(ctx, w, r, s.ledger.Tenant(tenant), http.StatusCreated, wd, s.rail.Send, s.wait)
+	out, err := idemhttp.SubmitWith(ctx, w, r, s.ledger.Tenant(tenant), http.StatusCreated, wd, s.rail.Send, s.repeat)
 	switch {
 	case err == nil:
 		s.keep(ctx, tenant, wd, out)
@@ -219,9 +272,10 @@ type withdrawalView struct {
 }
 
 // get handles GET /withdrawals/{id}: the withdrawal, its state and the key
-// holding it. A key that holds it without an outcome is in flight: sending,
-// or left without an answer by the rail. The holder key's outcome comes from
-// the ledger, and once the ledger has pruned it, from payoutd's own store.
+// holding it. A key that holds it without an outcome is in flight while its
+// send is not known to have ended, and awaits an operator once it ended
+// without an answer. The holder key's outcome comes from the ledger, and
+// once the ledger has pruned it, from payoutd's own store.
 func (s *server) get(w http.ResponseWriter, r *http.Request) {
 	tenant, ok := tenantOf(w, r)
 	if !ok {
@@ -249,11 +303,20 @@ func (s *server) get(w http.ResponseWriter, r *http.Request) {
 		case err != nil:
 			idemhttp.WriteError(w, err)
 			return
-		case done:
-			view.Withdrawal = out
+		case done: // the outcome's state, on the withdrawal as created (an operator's outcome may spell its amount otherwise)
+			view.State, view.Tx, view.FailureReason = out.State, out.Tx, out.FailureReason
 			s.keep(r.Context(), tenant, wd, out)
 		default:
 			view.State = stateInFlight
+			rec, found, err := s.store.Lookup(r.Context(), tenant, holder)
+			if err != nil {
+				s.log.Error("read a claim", slog.String("tenant", tenant), slog.String("key", holder), slog.Any("error", err))
+				idemhttp.WriteError(w, fmt.Errorf("%w: %w", submissions.ErrStoreFailed, err))
+				return
+			}
+			if found && rec.Abandoned {
+				view.State = stateAwaitingOperator
+			}
 		}
 	}
 	idemhttp.WriteJSON(w, http.StatusOK, view, false)
@@ -289,67 +352,99 @@ func tenantOf(w http.ResponseWriter, r *http.Request) (string, bool) {
 	if len(values) == 0 {
 		return "", true
 	}
-	err := submissions.ValidateTenant(values[0])
-	if len(values) > 1 {
-		err = fmt.Errorf("%w: more than one", submissions.ErrInvalidTenant)
+	p := idemhttp.ProblemFor(submissions.ErrInvalidTenant)
+	switch {
+	case len(values) > 1:
+		p.Detail = "The " + tenantHeader + " header is repeated: a request names one tenant."
+	case submissions.ValidateTenant(values[0]) != nil:
+		p.Detail = fmt.Sprintf("The %s header is not a tenant: a tenant is at most %d bytes of UTF-8, without NUL bytes.",
+			tenantHeader, driver.MaxTenantLen)
+	default:
+		return values[0], true
 	}
-	if err != nil {
-		writeErrorSaying(w, fmt.Errorf("%s: %w", tenantHeader, err))
-		return "", false
-	}
-	return values[0], true
+	idemhttp.WriteProblem(w, p)
+	return "", false
 }
 
 // decode reads the request's JSON object into v. Malformed JSON is a 400
-// problem; a field of the wrong JSON type a 422; a body over maxBody a 413.
+// problem; a field of the wrong JSON type a 422.
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec := json.NewDecoder(r.Body)
 	err := dec.Decode(v)
 	if err == nil && dec.More() {
-		err = errors.New("data after the JSON object")
+		writeProblem(w, typeMalformed, http.StatusBadRequest, "Malformed JSON: data after the JSON object.")
+		return false
 	}
-	var tooLarge *http.MaxBytesError
-	var wrongType *json.UnmarshalTypeError
+	syntax, isSyntax := errors.AsType[*json.SyntaxError](err)
+	wrongType, isWrongType := errors.AsType[*json.UnmarshalTypeError](err)
 	switch {
 	case err == nil:
 		return true
-	case errors.As(err, &tooLarge):
-		writeProblem(w, typeBodyTooLarge, http.StatusRequestEntityTooLarge, fmt.Sprintf("The body is over %d bytes.", maxBody))
-	case errors.As(err, &wrongType) && wrongType.Field != "":
+	case isWrongType && wrongType.Field != "":
 		writeErrorSaying(w, fmt.Errorf("%w: %s: not a JSON string", submissions.ErrInvalidFingerprint, wrongType.Field))
-	case errors.As(err, &wrongType):
-		writeProblem(w, typeMalformed, http.StatusBadRequest, "Malformed JSON: a JSON object is expected.")
 	case errors.Is(err, io.EOF):
 		writeProblem(w, typeMalformed, http.StatusBadRequest, "The body is empty: a JSON object is expected.")
+	case isSyntax:
+		writeProblem(w, typeMalformed, http.StatusBadRequest, fmt.Sprintf("Malformed JSON at byte %d: a JSON object is expected.", syntax.Offset))
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		writeProblem(w, typeMalformed, http.StatusBadRequest, "Malformed JSON: the body ends inside the JSON object.")
 	default:
-		writeProblem(w, typeMalformed, http.StatusBadRequest, "Malformed JSON: "+err.Error()+".")
+		writeProblem(w, typeMalformed, http.StatusBadRequest, "Malformed JSON: a JSON object is expected.")
 	}
 	return false
 }
 
-// jsonNames are the JSON names of the fingerprint's fields, by the Go names
-// the ledger's errors give them.
-var jsonNames = map[string]string{"WithdrawalID": "id", "Amount": "amount", "Currency": "currency", "Destination": "destination"}
-
-// validate returns nil if the ledger takes w's fingerprint, and otherwise
-// the ledger's error wrapping submissions.ErrInvalidFingerprint with the
-// field at fault under its JSON name.
-func validate(w Withdrawal) error {
-	err := w.Fingerprint().Validate()
-	if err == nil {
-		return nil
+// stringMember sets *to to the JSON string raw, a member of a request's
+// object, and returns "", or else what is wrong with it, for the client.
+func stringMember(raw json.RawMessage, to *string) string {
+	switch {
+	case raw == nil || string(raw) == "null":
+		return "is missing"
+	case json.Unmarshal(raw, to) != nil:
+		return "is not a JSON string"
 	}
-	field, why, _ := strings.Cut(strings.TrimPrefix(err.Error(), submissions.ErrInvalidFingerprint.Error()+": "), ": ")
-	if name, ok := jsonNames[field]; ok {
-		return fmt.Errorf("%w: %s: %s", submissions.ErrInvalidFingerprint, name, why)
-	}
-	return err
+	return ""
 }
 
-// writeProblem writes a problem of payoutd's own type typ, titled after its
-// status.
+// fieldRules are the ledger's rules on the fields of a withdrawal that a
+// client sends, by their JSON names, in words for the client.
+var fieldRules = map[string]struct {
+	set  func(*submissions.Fingerprint, string)
+	rule string
+}{
+	"amount": {func(fp *submissions.Fingerprint, v string) { fp.Amount = v },
+		fmt.Sprintf(`must be a positive decimal such as "25.00": digits with at most one point, no sign or exponent, at most %d characters`, driver.MaxAmountLen)},
+	"currency": {func(fp *submissions.Fingerprint, v string) { fp.Currency = v },
+		`must be 2 to 12 ASCII letters or digits, such as "USDC"`},
+	"destination": {func(fp *submissions.Fingerprint, v string) { fp.Destination = v },
+		fmt.Sprintf("must be 1 to %d bytes of UTF-8, without NUL bytes", driver.MaxDestinationLen)},
+}
+
+// validFingerprint is valid in every field: fieldFault changes one.
+var validFingerprint = submissions.Fingerprint{WithdrawalID: "wd", Amount: "1", Currency: "XX", Destination: "x"}
+
+// fieldFault returns what is wrong with value as the withdrawal's field of
+// JSON name name, by the ledger's own rule, or "" if nothing is. Checked
+// one field at a time, every field at fault is named, where the ledger's
+// error names the first.
+func fieldFault(name, value string) string {
+	f := fieldRules[name]
+	fp := validFingerprint
+	f.set(&fp, value)
+	if fp.Validate() != nil {
+		return f.rule
+	}
+	return ""
+}
+
+// writeProblem writes a problem of payoutd's own type typ, with the type's
+// title (a type without one is titled after its status).
 func writeProblem(w http.ResponseWriter, typ string, status int, detail string) {
-	idemhttp.WriteProblem(w, idemhttp.Problem{Type: typ, Title: http.StatusText(status), Status: status, Detail: detail})
+	title, ok := titles[typ]
+	if !ok {
+		title = http.StatusText(status)
+	}
+	idemhttp.WriteProblem(w, idemhttp.Problem{Type: typ, Title: title, Status: status, Detail: detail})
 }
 
 // writeErrorSaying writes the problem of err, a refusal whose text is meant

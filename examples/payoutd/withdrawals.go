@@ -15,11 +15,12 @@ import (
 // The states of a withdrawal, as GET /withdrawals/{id} reports them. Sent
 // and failed are outcomes of a send; the others are not.
 const (
-	stateApproved = "approved"  // created; no request key holds it
-	stateInFlight = "in_flight" // a key holds it and its outcome is not known
-	stateSent     = "sent"      // the rail took it: Tx is its reference
-	stateFailed   = "failed"    // the rail declined it, moving nothing: FailureReason says why
-	stateUnknown  = "unknown"   // the ledger pruned the holder key's outcome before payoutd kept it
+	stateApproved         = "approved"          // created; no request key holds it
+	stateInFlight         = "in_flight"         // a key holds it without an outcome, and its send is not known to have ended
+	stateAwaitingOperator = "awaiting_operator" // a key holds it without an outcome, and its send ended without an answer
+	stateSent             = "sent"              // the rail took it: Tx is its reference
+	stateFailed           = "failed"            // the rail declined it, moving nothing: FailureReason says why
+	stateUnknown          = "unknown"           // the ledger pruned the holder key's outcome before payoutd kept it
 )
 
 // Withdrawal is the service's withdrawal, the ledger's request and outcome.

@@ -7,20 +7,23 @@ import (
 	"github.com/idemledger/submissions/driver"
 )
 
-// The ledger's errors. Package submissions documents them and returns them as
-// its own (and admin ErrClaimChanged and ErrNotSupported); driver defines the
-// ones a Store's answers carry.
+// The ledger's errors. Package driver defines them, so that package
+// submissions (and admin, ErrClaimChanged and ErrNotSupported) returns these
+// very values as its own, and a reader of its doc can open their definitions.
 var (
-	ErrInvalidKey         = errors.New("invalid request key")
-	ErrInvalidTenant      = errors.New("invalid tenant")
-	ErrSubmissionInFlight = errors.New("submission in flight")
-	ErrUnknownKey         = errors.New("request key is not claimed")
-	ErrStoreFailed        = errors.New("store failed")
-	ErrNotSent            = errors.New("not sent")
-	ErrOutcomeUnknown     = errors.New("outcome unknown")
-	ErrOutcomeNotRecorded = errors.New("outcome not recorded")
-	ErrClaimChanged       = errors.New("claim changed")
-	ErrNotSupported       = errors.New("not supported by the store")
+	ErrInvalidKey         = driver.ErrInvalidKey
+	ErrInvalidTenant      = driver.ErrInvalidTenant
+	ErrSubmissionInFlight = driver.ErrSubmissionInFlight
+	ErrAbandoned          = driver.ErrAbandoned
+	ErrResolvedMeanwhile  = driver.ErrResolvedMeanwhile
+	ErrReleasedMeanwhile  = driver.ErrReleasedMeanwhile
+	ErrUnknownKey         = driver.ErrUnknownKey
+	ErrStoreFailed        = driver.ErrStoreFailed
+	ErrNotSent            = driver.ErrNotSent
+	ErrOutcomeUnknown     = driver.ErrOutcomeUnknown
+	ErrOutcomeNotRecorded = driver.ErrOutcomeNotRecorded
+	ErrClaimChanged       = driver.ErrClaimChanged
+	ErrNotSupported       = driver.ErrNotSupported
 )
 
 // storeFailed is the one place where a Store's error becomes the caller's:
@@ -55,6 +58,12 @@ func prunedKey(key string) error {
 // inFlight is the error of a request key in flight.
 func inFlight(key string) error {
 	return fmt.Errorf("%w: request key %s", ErrSubmissionInFlight, key)
+}
+
+// abandoned is the error of a request key in flight whose send ended
+// without a recorded answer: it is in flight, and waits for an operator.
+func abandoned(key string) error {
+	return fmt.Errorf("%w: request key %s: %w", ErrSubmissionInFlight, key, ErrAbandoned)
 }
 
 // claimChanged is the error of an action on a claim that is gone.

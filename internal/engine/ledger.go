@@ -53,6 +53,12 @@ func ValidateTenant(id string) error {
 	return nil
 }
 
+// ValidateKey returns key trimmed, or an error wrapping ErrInvalidKey when
+// it is not a valid request key.
+func ValidateKey(key string) (string, error) {
+	return validKey(key)
+}
+
 // validKey trims key and checks it against the rules of ErrInvalidKey.
 func validKey(key string) (string, error) {
 	key = valid.Trim(key)
@@ -80,12 +86,12 @@ func (l *Ledger[R]) fingerprint(v R) (driver.Fingerprint, error) {
 	return v.Fingerprint().Canonical()
 }
 
-// Bits of a fingerprint's fields, for Differing.
+// Bits of a fingerprint's fields, as Differing returns them.
 const (
-	withdrawalIDField = 1 << iota
-	amountField
-	currencyField
-	destinationField
+	WithdrawalIDField = 1 << iota
+	AmountField
+	CurrencyField
+	DestinationField
 )
 
 // Differing compares got, as given, with want, a canonical fingerprint,
@@ -93,16 +99,16 @@ const (
 // field of got that is not valid differs. It allocates nothing.
 func Differing(want, got *driver.Fingerprint) (fields int) {
 	if got.WithdrawalID != want.WithdrawalID {
-		fields |= withdrawalIDField
+		fields |= WithdrawalIDField
 	}
 	if a, ok := valid.CanonicalAmount(got.Amount); !ok || a != want.Amount {
-		fields |= amountField
+		fields |= AmountField
 	}
 	if !valid.SameCurrency(want.Currency, got.Currency) {
-		fields |= currencyField
+		fields |= CurrencyField
 	}
 	if got.Destination != want.Destination {
-		fields |= destinationField
+		fields |= DestinationField
 	}
 	return fields
 }
@@ -130,7 +136,6 @@ var logged = [...]struct {
 	observe.EventResolved:       {slog.LevelInfo, "submission resolved"},
 	observe.EventReleased:       {slog.LevelInfo, "submission released"},
 	observe.EventOutcomeUnknown: {slog.LevelWarn, "outcome unknown"},
-	observe.EventNotRecorded:    {slog.LevelWarn, "outcome not recorded"},
 }
 
 // report tells the observer of a decision of kind about key and
@@ -165,6 +170,45 @@ func (l *Ledger[R]) report(ctx context.Context, tenant string, kind observe.Even
 		attrs = append(attrs, slog.Any("error", err))
 	}
 	lg.LogAttrs(ctx, level, logged[kind].msg, attrs...)
+}
+
+// reportAnswer reports an EventNotRecorded whose error is err, with send's
+// answer: to the observer, and to the log with the answer in full (its JSON
+// encoding, or its Go syntax when it has none), at Error when the claim was
+// closed otherwise while send ran (nothing else keeps the rail's word then),
+// at Warn otherwise (the claim stands, in flight, for an operator).
+func (l *Ledger[R]) reportAnswer(ctx context.Context, tenant, key, withdrawalID string, took time.Duration, err error, answer R) {
+	if l.observer != nil {
+		l.observer.Observe(ctx, observe.Event{Kind: observe.EventNotRecorded, Tenant: tenant, Key: key,
+			WithdrawalID: withdrawalID, Duration: took, Err: err, Answer: answer})
+	}
+	level, msg := slog.LevelWarn, "outcome not recorded"
+	if errors.Is(err, ErrResolvedMeanwhile) || errors.Is(err, ErrReleasedMeanwhile) {
+		level, msg = slog.LevelError, "outcome not recorded: the rail's answer came after the claim was closed"
+	}
+	lg := l.log
+	if lg == nil {
+		lg = slog.Default()
+	}
+	if !lg.Enabled(ctx, level) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 5)
+	if tenant != "" {
+		attrs = append(attrs, slog.String("tenant", tenant))
+	}
+	attrs = append(attrs, slog.String("key", key), slog.String("withdrawal", withdrawalID),
+		slog.Any("error", err), slog.String("answer", answerText(answer)))
+	lg.LogAttrs(ctx, level, msg, attrs...)
+}
+
+// answerText is answer in full for a log: its JSON encoding, or its Go
+// syntax when it has none.
+func answerText(answer any) string {
+	if b, err := json.Marshal(answer); err == nil {
+		return string(b)
+	}
+	return fmt.Sprintf("%#v", answer)
 }
 
 // nilable reports whether R has a nil value: it is a pointer, interface,

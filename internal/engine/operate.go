@@ -42,6 +42,45 @@ func (l *Ledger[R]) List(ctx context.Context, q driver.ListQuery) ([]Listed, err
 	return claims, nil
 }
 
+// Looked is a key's record as an operator's action finds it.
+type Looked[R any] struct {
+	Key     string           // the key, trimmed
+	Record  driver.Record[R] // meaningful when Found
+	Found   bool
+	Sending bool // this ledger, or any on a Store that is a driver.Tracker, runs a send under the record's claim
+}
+
+// Look checks tenant and key and returns the key's record as the store has
+// it, and whether a send runs under its claim.
+func (l *Ledger[R]) Look(ctx context.Context, tenant, key string) (Looked[R], error) {
+	if err := ValidateTenant(tenant); err != nil {
+		return Looked[R]{}, err
+	}
+	key, err := begin(ctx, key)
+	if err != nil {
+		return Looked[R]{Key: key}, err
+	}
+	rec, ok, err := l.store.Lookup(ctx, tenant, key)
+	if err != nil {
+		return Looked[R]{Key: key}, l.failed(ctx, "request key "+key, "lookup", err)
+	}
+	found := Looked[R]{Key: key, Record: rec, Found: ok}
+	if ok && !rec.Done {
+		sending, err := l.tracker.Sending(ctx, tenant, key, rec.Token)
+		if err != nil {
+			return found, l.failed(ctx, "request key "+key, "lookup", err)
+		}
+		found.Sending = sending != nil
+	}
+	return found, nil
+}
+
+// Fingerprint returns outcome's fingerprint in canonical form, or the error
+// of a nil outcome or an invalid fingerprint.
+func (l *Ledger[R]) Fingerprint(outcome R) (driver.Fingerprint, error) {
+	return l.fingerprint(outcome)
+}
+
 // Prune turns the records settled before before into tombstones, in batches
 // of batch (at least 1), until a batch prunes fewer or ctx ends, and returns
 // how many it pruned.

@@ -77,6 +77,9 @@ func (l *Ledger[R]) submit(ctx context.Context, tenant, key string, req R, read 
 		return zero, false, err
 	case !rec.Done:
 		err = inFlight(key)
+		if rec.Abandoned {
+			err = abandoned(key)
+		}
 		l.report(ctx, tenant, observe.EventInFlight, key, fp.WithdrawalID, 0, err)
 		return zero, false, err
 	}
@@ -172,7 +175,7 @@ func (l *Ledger[R]) sendAndRecord(ctx context.Context, tenant, key string, snd d
 		}
 	}
 	err = fmt.Errorf("%w: request key %s: %w", ErrOutcomeNotRecorded, key, why)
-	l.report(ctx, tenant, observe.EventNotRecorded, key, fp.WithdrawalID, took(), err)
+	l.reportAnswer(ctx, tenant, key, fp.WithdrawalID, took(), err, out)
 	return out, err
 }
 
@@ -185,15 +188,15 @@ func unsettled[R any](rec *driver.Record[R], err error, out R) error {
 	case err != nil:
 		return fmt.Errorf("the store failed, and the answer may or may not stand: %w", err)
 	case rec.Pruned:
-		return errors.New("resolved and pruned while send ran")
+		return fmt.Errorf("%w, and pruned", ErrResolvedMeanwhile)
 	case !rec.Done:
-		return errors.New("released while send ran")
+		return ErrReleasedMeanwhile
 	}
 	switch same, err := sameOutcome(rec.Outcome, out); { // resolved while send ran
 	case err != nil:
-		return fmt.Errorf("resolved while send ran, with an outcome that cannot be compared: %w", err)
+		return fmt.Errorf("%w, with an outcome that cannot be compared: %w", ErrResolvedMeanwhile, err)
 	case !same:
-		return errors.New("resolved with another outcome while send ran")
+		return ErrResolvedMeanwhile
 	}
 	return nil
 }
@@ -215,11 +218,11 @@ func (l *Ledger[R]) notSent(ctx context.Context, key string, snd driver.Send[R],
 	case released:
 		return fmt.Errorf("request key %s: claim released: %w", key, cause)
 	case rec.Pruned:
-		return fmt.Errorf("request key %s: resolved and pruned while send ran: %w", key, cause)
+		return fmt.Errorf("request key %s: %w, and pruned: %w", key, ErrResolvedMeanwhile, cause)
 	case rec.Done:
-		return fmt.Errorf("request key %s: resolved while send ran: %w", key, cause)
+		return fmt.Errorf("request key %s: %w: %w", key, ErrResolvedMeanwhile, cause)
 	}
-	return fmt.Errorf("request key %s: released while send ran: %w", key, cause)
+	return fmt.Errorf("request key %s: %w: %w", key, ErrReleasedMeanwhile, cause)
 }
 
 // errNilAnswer is the error of a send that answered with a nil pointer.

@@ -219,7 +219,7 @@ func TestWaitSaysWhyAKeyIsUnknown(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err := l.Wait(ctx, "", "req-9")
-	assert.EqualError(t, err, "request key is not claimed: request key req-9")
+	assert.EqualError(t, err, "request key is not claimed: req-9")
 
 	_, _, err = st.Claim(ctx, "", "req-1", transfer{ID: "w-1"}.Fingerprint(), nil) // claimed elsewhere: no send of this ledger
 	require.NoError(t, err)
@@ -232,7 +232,7 @@ func TestWaitSaysWhyAKeyIsUnknown(t *testing.T) {
 	require.NoError(t, l.Release(ctx, "", "req-1", 0))
 	err = <-waited
 	require.ErrorIs(t, err, ErrUnknownKey)
-	assert.EqualError(t, err, "request key is not claimed: request key req-1 was released while waited for")
+	assert.EqualError(t, err, "request key is not claimed: req-1 was released while waited for")
 }
 
 // waiterStore is a mapStore that is a driver.Waiter, and counts the waits it

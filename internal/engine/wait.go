@@ -69,11 +69,11 @@ func (l *Ledger[R]) waited(key string, rec driver.Record[R], ok bool, token driv
 	switch {
 	case !ok:
 		if token == 0 {
-			return zero, fmt.Errorf("%w: request key %s", ErrUnknownKey, key)
+			return zero, fmt.Errorf("%w: %s", ErrUnknownKey, key)
 		}
-		return zero, fmt.Errorf("%w: request key %s was released while waited for", ErrUnknownKey, key)
+		return zero, fmt.Errorf("%w: %s was released while waited for", ErrUnknownKey, key)
 	case rec.Token != token:
-		return zero, fmt.Errorf("%w: request key %s was released while waited for", ErrUnknownKey, key)
+		return zero, fmt.Errorf("%w: %s was released while waited for", ErrUnknownKey, key)
 	case rec.Pruned:
 		return zero, prunedKey(key)
 	case rec.Done:

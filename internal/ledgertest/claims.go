@@ -2,6 +2,7 @@ package ledgertest
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -146,8 +147,9 @@ func testAnswerDoesNotLandOnANewClaimOfTheSameWithdrawal(t *testing.T, newStore 
 	})
 	require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
 	require.Equal(t, f.w.sent("0xtx-w-1"), out, "the rail's answer comes back")
+	require.ErrorIs(t, err, submissions.ErrReleasedMeanwhile)
 	requireKeptClaim(t, f.s, "req-1", f.w)
-	f.logs.requireWarned(t, "req-1", "w-1")
+	f.logs.requireAnswerLogged(t, slog.LevelError, "req-1", "w-1", "0xtx-w-1")
 }
 
 func testAnswerDoesNotLandOnAClaimOfAnotherWithdrawal(t *testing.T, newStore Factory) {

@@ -128,6 +128,16 @@ func requireKeptClaim(t *testing.T, s *submissions.Submissions[Withdrawal], key 
 	r.requireSends(t, 0)
 }
 
+// requireAwaitingOperator stops t unless key is kept claimed for w (see
+// requireKeptClaim) and a retry says that its send ended without an answer.
+func requireAwaitingOperator(t *testing.T, s *submissions.Submissions[Withdrawal], key string, w Withdrawal) {
+	t.Helper()
+	requireKeptClaim(t, s, key, w)
+	_, err := s.Submit(bg, key, w, nil)
+	requireRefusal(t, err, submissions.ErrSubmissionInFlight)
+	require.ErrorIs(t, err, submissions.ErrAbandoned, "a retry of a key whose send ended without an answer")
+}
+
 // requireRefusal stops t unless err is a refusal, and a refusal only: it
 // wraps want and none of the classes that say money may have moved or the
 // store failed.
@@ -177,6 +187,15 @@ func (l *logs) at(level slog.Level, key, id string) []entry {
 		}
 	}
 	return found
+}
+
+// requireAnswerLogged stops t unless one entry at level names key and id
+// and holds the rail's answer, whose JSON encoding holds tx.
+func (l *logs) requireAnswerLogged(t *testing.T, level slog.Level, key, id, tx string) {
+	t.Helper()
+	found := l.at(level, key, id)
+	require.Len(t, found, 1, "%v entries naming %s and %s", level, key, id)
+	assert.Contains(t, found[0].attrs["answer"], tx, "the rail's answer, in full")
 }
 
 // requireWarned stops t unless one Warn entry names key and id.

@@ -44,6 +44,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"reads", readTests},
 		{"tenants", tenantTests},
 		{"admin", adminTests},
+		{"operate", operateTests},
 		{"retention", retentionTests},
 		{"wait", waitTests},
 		{"store failures", failureTests},

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/observe"
 )
 
 // Submit: claim, send outside any lock, record; replay; refuse; and a send
@@ -31,6 +32,7 @@ var submitTests = []test{
 	{"AnswerAfterTheContextEndedIsNotRecorded", testAnswerAfterTheContextEndedIsNotRecorded},
 	{"AnswerForAnotherWithdrawalIsNotRecorded", testAnswerForAnotherWithdrawalIsNotRecorded},
 	{"DoneContextClaimsNothing", testDoneContextClaimsNothing},
+	{"UnrecordedAnswerReachesTheObserver", testUnrecordedAnswerReachesTheObserver},
 }
 
 func testFreshSubmitClaimsThenSendsThenRecords(t *testing.T, newStore Factory) {
@@ -124,6 +126,7 @@ func testKeyWithoutOutcomeIsInFlight(t *testing.T, newStore Factory) {
 	<-started
 	_, err := f.s.Submit(bg, "req-1", f.w, f.rail.send)
 	requireRefusal(t, err, submissions.ErrSubmissionInFlight)
+	require.NotErrorIs(t, err, submissions.ErrAbandoned, "its send is running")
 	require.Contains(t, err.Error(), "req-1")
 	close(finish)
 	require.NoError(t, <-done)
@@ -165,7 +168,7 @@ func testFailedSendIsOutcomeUnknown(t *testing.T, newStore Factory) {
 	require.ErrorIs(t, err, errRail, "the error wraps the send's")
 	require.NotErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
 	require.Zero(t, out)
-	requireKeptClaim(t, f.s, "req-1", f.w)
+	requireAwaitingOperator(t, f.s, "req-1", f.w)
 	f.logs.requireWarned(t, "req-1", "w-1")
 }
 
@@ -259,9 +262,9 @@ func testAnswerForAnotherWithdrawalIsNotRecorded(t *testing.T, newStore Factory)
 				require.ErrorIs(t, err, context.Canceled)
 			}
 			require.Equal(t, c.answer, out, "the rail's answer comes back")
-			requireKeptClaim(t, f.s, "req-1", f.w)
+			requireAwaitingOperator(t, f.s, "req-1", f.w)
 			requireHolder(t, f.s, "w-2", "")
-			f.logs.requireWarned(t, "req-1", "w-1")
+			f.logs.requireAnswerLogged(t, slog.LevelWarn, "req-1", "w-1", c.answer.TxHash)
 			// The answer cannot close the key; the operator resolves it with what the rail shows.
 			requireRefusal(t, f.s.Resolve(bg, "req-1", c.answer), c.resolve)
 			require.NoError(t, f.s.Resolve(bg, "req-1", f.w.sent("0xfound")))
@@ -289,4 +292,25 @@ func testDoneContextClaimsNothing(t *testing.T, newStore Factory) {
 	_, err = f.s.Submit(bg, "req-1", f.w, f.rail.send)
 	require.NoError(t, err)
 	f.rail.requireSends(t, 1)
+}
+
+// An answer that is not recorded is given to the observer with its event,
+// whatever the reason: the rail's word is kept somewhere.
+func testUnrecordedAnswerReachesTheObserver(t *testing.T, newStore Factory) {
+	f := setUp(t, newStore)
+	obs := &kindEvents{kind: observe.EventNotRecorded}
+	s := submissions.NewWithStore(f.store, submissions.WithLogger(quiet), submissions.WithObserver(obs))
+	other := f.elsewhere()
+	answer := f.w.sent("0xtx-late")
+	_, err := s.Submit(bg, "req-1", f.w, func(ctx context.Context, w Withdrawal) (Withdrawal, error) {
+		require.NoError(t, other.Release(ctx, "req-1"))
+		return answer, nil
+	})
+	require.ErrorIs(t, err, submissions.ErrReleasedMeanwhile)
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	require.Len(t, obs.got, 1)
+	assert.Equal(t, answer, obs.got[0].Answer, "the rail's answer")
+	assert.ErrorIs(t, obs.got[0].Err, submissions.ErrOutcomeNotRecorded)
+	assert.Equal(t, "req-1", obs.got[0].Key)
 }

@@ -10,7 +10,8 @@ import (
 	"unicode/utf8"
 )
 
-// MaxAmountLen is the most bytes an amount may have as given.
+// MaxAmountLen is the most bytes an amount may have as given:
+// driver.MaxAmountLen, which driver makes sure at compile time is this number.
 const MaxAmountLen = 100
 
 // Text reports whether s can be an identifier of at most limit bytes: not

@@ -1,4 +1,10 @@
-package main
+// Package ctl is the operator's command line for a submissions ledger kept
+// in PostgreSQL by pgstore, as a library: submissionsctl runs it as it is,
+// and a service runs it with its own rules for an outcome (WithOutcomeCheck)
+// as a command of its own, so that an operator's outcome is checked the same
+// way at every door. Every decision of resolve and release is package
+// admin's (admin.Result); the command line only shows it.
+package ctl
 
 import (
 	"bufio"
@@ -65,12 +71,51 @@ func (g *globals) register(fs *flag.FlagSet) {
 // env is one run's command line and streams.
 type env struct {
 	g      globals
+	o      options
 	stdin  *bufio.Reader
 	stdout io.Writer
 	stderr io.Writer
 }
 
-// command is one of submissionsctl's commands.
+// An Option sets how Run behaves.
+type Option interface{ apply(*options) }
+
+type options struct {
+	name  string             // the program's name in its messages
+	check func([]byte) error // the service's rule for an outcome; nil for none
+}
+
+type optionFunc func(*options)
+
+func (f optionFunc) apply(o *options) { f(o) }
+
+// WithName names the program in its usage and messages; the default is
+// "submissionsctl".
+func WithName(name string) Option {
+	return optionFunc(func(o *options) { o.name = name })
+}
+
+// WithOutcomeCheck makes resolve refuse an outcome file for which check,
+// given the file's JSON, returns an error: the service's own rules for an
+// outcome, as its other doors apply them (admin.Admin.WithOutcomeCheck).
+// The default checks only that the outcome is the claim's withdrawal.
+func WithOutcomeCheck(check func(outcome []byte) error) Option {
+	return optionFunc(func(o *options) { o.check = check })
+}
+
+// Run runs the command line args (without the program's name), reading
+// stdin and writing stdout and stderr, and returns the exit code: 0 done
+// (changed, or already so), 1 refused or failed, 2 a usage error, 3 a
+// release not confirmed. Errors go to stderr, one line each.
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, opts ...Option) int {
+	o := options{name: "submissionsctl"}
+	for _, opt := range opts {
+		opt.apply(&o)
+	}
+	return run(ctx, args, stdin, stdout, stderr, o)
+}
+
+// command is one of the command line's commands.
 type command struct {
 	name    string
 	args    []string // the names of its positional arguments
@@ -86,26 +131,26 @@ var commands = []command{
 		summary: "list the keys in flight, oldest first (every tenant, or --tenant's)", setup: setupInFlight},
 	{name: "show", args: []string{"KEY"}, usage: "[--json]",
 		summary: "show a key's record: state, withdrawal, claim token, times, outcome", setup: setupShow},
-	{name: "resolve", args: []string{"KEY"}, usage: "--outcome-file F [--token N] [--id-field NAME] [--amount-field NAME] [--currency-field NAME] [--destination-field NAME]",
+	{name: "resolve", args: []string{"KEY"}, usage: "--outcome-file F [--token N] [--force] [--id-field NAME] [--amount-field NAME] [--currency-field NAME] [--destination-field NAME]",
 		summary: "record F's JSON as the outcome of the key's claim, if its withdrawal is the claim's: it was sent", setup: setupResolve},
-	{name: "release", args: []string{"KEY"}, usage: "[--yes] [--token N]",
+	{name: "release", args: []string{"KEY"}, usage: "[--yes] [--token N] [--force]",
 		summary: "drop the key's claim: nothing was sent (asks unless --yes)", setup: setupRelease},
 	{name: "prune", usage: "--before T [--batch N] [--min-retention D] [--force]",
 		summary: "turn the records settled before T, at least --min-retention ago, into tombstones, in every tenant", setup: setupPrune},
 }
 
 const exitCodesHelp = `Exit codes:
-  0  done
-  1  failed or refused (database error, key not found, the ledger refused the action,
-     an outcome file of another withdrawal, a prune horizon too recent): nothing changed by a refusal
+  0  done: changed, or already as asked (the message says which)
+  1  refused, nothing changed (the message says why, and what to do next), or failed:
+     the database failed, and an action may or may not stand (show the key to know)
   2  usage error (unknown command or flag, missing argument, no database URL)
   3  declined: release was not confirmed; nothing changed
 `
 
 // run runs the command line args and returns the exit code; errors go to
 // stderr, one line each.
-func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	e := &env{stdin: bufio.NewReader(stdin), stdout: stdout, stderr: stderr}
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, o options) int {
+	e := &env{o: o, stdin: bufio.NewReader(stdin), stdout: stdout, stderr: stderr}
 	err := e.run(ctx, args)
 	var usage usageError
 	switch {
@@ -114,18 +159,18 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case errors.Is(err, flag.ErrHelp):
 		return exitOK
 	case errors.As(err, &usage):
-		fmt.Fprintf(stderr, "submissionsctl: %v (see submissionsctl -h)\n", err)
+		fmt.Fprintf(stderr, "%s: %v (see %s -h)\n", o.name, err, o.name)
 		return exitUsage
 	case errors.Is(err, errDeclined):
-		fmt.Fprintf(stderr, "submissionsctl: %v\n", err)
+		fmt.Fprintf(stderr, "%s: %v\n", o.name, err)
 		return exitDeclined
 	}
-	fmt.Fprintf(stderr, "submissionsctl: %s\n", oneLine(err.Error()))
+	fmt.Fprintf(stderr, "%s: %s\n", o.name, oneLine(err.Error()))
 	return exitFailed
 }
 
 func (e *env) run(ctx context.Context, args []string) error {
-	top := flag.NewFlagSet("submissionsctl", flag.ContinueOnError)
+	top := flag.NewFlagSet(e.o.name, flag.ContinueOnError)
 	top.SetOutput(io.Discard)
 	e.g.register(top)
 	if err := top.Parse(args); err != nil {
@@ -206,8 +251,8 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 
 func (e *env) help(top *flag.FlagSet) {
 	w := e.stdout
-	fmt.Fprint(w, `Usage: submissionsctl [global flags] COMMAND [flags] [KEY]
-
+	fmt.Fprintf(w, "Usage: %s [global flags] COMMAND [flags] [KEY]\n", e.o.name)
+	fmt.Fprint(w, `
 The operator's tool for a submissions ledger in PostgreSQL (pgstore): find the
 request keys left in flight, look at the rail, then resolve or release them.
 
@@ -220,12 +265,12 @@ Commands:
 	top.SetOutput(w)
 	top.PrintDefaults()
 	top.SetOutput(io.Discard)
-	fmt.Fprint(w, "\n"+exitCodesHelp+"\nRun 'submissionsctl COMMAND -h' for a command's flags.\n")
+	fmt.Fprintf(w, "\n%s\nRun '%s COMMAND -h' for a command's flags.\n", exitCodesHelp, e.o.name)
 }
 
 func (e *env) commandHelp(c *command, fs *flag.FlagSet) {
 	w := e.stdout
-	line := "submissionsctl " + c.name
+	line := e.o.name + " " + c.name
 	for _, a := range c.args {
 		line += " " + a
 	}
@@ -278,7 +323,11 @@ func (e *env) open(ctx context.Context) (*ledger, error) {
 		return nil, err
 	}
 	l := submissions.NewWithStore[record](store, submissions.WithLogger(slog.New(slog.DiscardHandler)))
-	return &ledger{pool: pool, store: store, admin: l.Admin(), table: pgx.Identifier(strings.Split(e.g.table.value, ".")).Sanitize()}, nil
+	ops := l.Admin()
+	if check := e.o.check; check != nil {
+		ops = ops.WithOutcomeCheck(func(r record) error { return check(r.raw) })
+	}
+	return &ledger{pool: pool, store: store, admin: ops, table: pgx.Identifier(strings.Split(e.g.table.value, ".")).Sanitize()}, nil
 }
 
 // oneLine returns s with its line breaks as spaces.

@@ -1,4 +1,4 @@
-package main
+package ctl
 
 import (
 	"bytes"
@@ -59,6 +59,8 @@ type claimJSON struct {
 	ClaimedAt    time.Time `json:"claimed_at"`
 	AgeSeconds   int64     `json:"age_seconds"`
 	Token        uint64    `json:"token"`
+	Abandoned    bool      `json:"abandoned"` // its send ended without a recorded answer
+	Send         string    `json:"send"`      // admin.Claim.Send: "ended without answer" or "not known to have ended" (this command runs no sends)
 }
 
 func setupInFlight(e *env, fs *flag.FlagSet) func(context.Context, []string) error {
@@ -78,9 +80,10 @@ func setupInFlight(e *env, fs *flag.FlagSet) func(context.Context, []string) err
 		if e.g.tenant.set {
 			q.Tenants = []string{e.g.tenant.value}
 		}
+		empty := q.Empty()
 		tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 		if !*asJSON {
-			fmt.Fprintln(tw, "TENANT\tKEY\tWITHDRAWAL\tAMOUNT\tCURRENCY\tDESTINATION\tCLAIMED AT\tAGE\tTOKEN")
+			fmt.Fprintln(tw, "TENANT\tKEY\tWITHDRAWAL\tAMOUNT\tCURRENCY\tDESTINATION\tCLAIMED AT\tAGE\tTOKEN\tSEND")
 		}
 		enc := json.NewEncoder(e.stdout)
 		n, more := 0, false // shown, and whether --limit left some out
@@ -103,13 +106,13 @@ func setupInFlight(e *env, fs *flag.FlagSet) func(context.Context, []string) err
 				fp := c.Fingerprint
 				if *asJSON {
 					if err := enc.Encode(claimJSON{c.Tenant, c.Key, fp.WithdrawalID, fp.Amount, fp.Currency, fp.Destination,
-						c.ClaimedAt, int64(age / time.Second), uint64(c.Token)}); err != nil {
+						c.ClaimedAt, int64(age / time.Second), uint64(c.Token), c.Abandoned, c.Send()}); err != nil {
 						return err
 					}
 					continue
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", quote(c.Tenant), quote(c.Key), quote(fp.WithdrawalID),
-					fp.Amount, fp.Currency, quote(fp.Destination), c.ClaimedAt.Format(time.RFC3339), age.Round(time.Second), c.Token)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", quote(c.Tenant), quote(c.Key), quote(fp.WithdrawalID),
+					fp.Amount, fp.Currency, quote(fp.Destination), c.ClaimedAt.Format(time.RFC3339), age.Round(time.Second), c.Token, c.Send())
 			}
 			n += len(shown)
 			if more || len(page) < q.Limit {
@@ -124,7 +127,7 @@ func setupInFlight(e *env, fs *flag.FlagSet) func(context.Context, []string) err
 		case *asJSON:
 			return nil
 		case n == 0: // no table of no rows
-			fmt.Fprintln(e.stdout, "no keys in flight")
+			fmt.Fprintln(e.stdout, empty)
 			return nil
 		}
 		if err := tw.Flush(); err != nil {
@@ -183,7 +186,8 @@ func (f found) state() string {
 }
 
 func (f found) claim() admin.Claim {
-	return admin.Claim{Tenant: f.tenant, Key: f.key, Fingerprint: f.rec.Fingerprint, ClaimedAt: f.claimedAt, Token: f.rec.Token}
+	return admin.Claim{Tenant: f.tenant, Key: f.key, Fingerprint: f.rec.Fingerprint, ClaimedAt: f.claimedAt, Token: f.rec.Token,
+		Abandoned: f.rec.Abandoned}
 }
 
 // print writes the record for a reader, its outcome indented.
@@ -197,6 +201,9 @@ func (f found) print(w io.Writer) {
 	fmt.Fprintf(tw, "amount:\t%s %s\n", fp.Amount, fp.Currency)
 	fmt.Fprintf(tw, "destination:\t%s\n", quote(fp.Destination))
 	fmt.Fprintf(tw, "token:\t%d\n", f.rec.Token)
+	if !f.rec.Done {
+		fmt.Fprintf(tw, "send:\t%s\n", f.claim().Send())
+	}
 	if !f.claimedAt.IsZero() {
 		fmt.Fprintf(tw, "claimed at:\t%s (%s ago)\n", f.claimedAt.Format(time.RFC3339), max(time.Since(f.claimedAt), 0).Round(time.Second))
 	}
@@ -208,7 +215,7 @@ func (f found) print(w io.Writer) {
 		return
 	}
 	var pretty bytes.Buffer
-	if err := json.Indent(&pretty, f.rec.Outcome.raw, "  ", "  "); err != nil {
+	if err := json.Indent(&pretty, bytes.TrimSpace(f.rec.Outcome.raw), "  ", "  "); err != nil {
 		fmt.Fprintf(w, "outcome (not JSON, %d bytes): %q\n", len(f.rec.Outcome.raw), f.rec.Outcome.raw)
 		return
 	}
@@ -225,6 +232,8 @@ type recordJSON struct {
 	Currency     string          `json:"currency"`
 	Destination  string          `json:"destination"`
 	Token        uint64          `json:"token"`
+	Abandoned    bool            `json:"abandoned"`      // in flight, and its send ended without a recorded answer
+	Send         string          `json:"send,omitempty"` // in flight: admin.Claim.Send
 	ClaimedAt    *time.Time      `json:"claimed_at,omitempty"`
 	SettledAt    *time.Time      `json:"settled_at,omitempty"`
 	Outcome      json.RawMessage `json:"outcome,omitempty"`
@@ -248,7 +257,11 @@ func setupShow(e *env, fs *flag.FlagSet) func(context.Context, []string) error {
 		}
 		fp := f.rec.Fingerprint
 		out := recordJSON{Tenant: f.tenant, Key: f.key, State: f.state(), WithdrawalID: fp.WithdrawalID, Amount: fp.Amount,
-			Currency: fp.Currency, Destination: fp.Destination, Token: uint64(f.rec.Token), SettledAt: f.settledAt}
+			Currency: fp.Currency, Destination: fp.Destination, Token: uint64(f.rec.Token), SettledAt: f.settledAt,
+			Abandoned: f.rec.Abandoned}
+		if !f.rec.Done {
+			out.Send = f.claim().Send()
+		}
 		if !f.claimedAt.IsZero() {
 			out.ClaimedAt = &f.claimedAt
 		}
@@ -267,18 +280,48 @@ func tokenFlag(fs *flag.FlagSet) *uint64 {
 	return fs.Uint64("token", 0, "act only if the key's claim has this `token` (as inflight and show list it); 0: its current claim")
 }
 
-// checkToken refuses f when token names another claim than f's.
-func checkToken(f found, token uint64) error {
-	if token != 0 && uint64(f.rec.Token) != token {
-		return fmt.Errorf("%w: request key %s: its claim is token %d now, not %d: look at the rail for the new claim",
-			admin.ErrClaimChanged, f.key, f.rec.Token, token)
+// forceFlag registers --force on fs.
+func forceFlag(fs *flag.FlagSet, what string) *bool {
+	return fs.Bool("force", false, what+" a claim whose send is not known to have ended (it may run in a service process): only once the rail shows its final state")
+}
+
+// resultError is an action the ledger refused, or that failed: exit code 1.
+type resultError struct{ res admin.Result }
+
+func (e resultError) Error() string {
+	if e.res.Next == "" {
+		return e.res.Message
 	}
+	return e.res.Message + "; next: " + e.res.Next
+}
+
+func (e resultError) Unwrap() error { return e.res.Err }
+
+// show writes res, an action's result: its message on stdout when the
+// ledger is as asked, and otherwise the error that says it.
+func (e *env) show(res admin.Result) error {
+	if !res.OK() {
+		return resultError{res}
+	}
+	fmt.Fprintln(e.stdout, res.Message)
 	return nil
+}
+
+// lookupToShow returns the record of tenant's key to show before an action,
+// or false when there is none to show: the key has no record, or cannot be
+// read (the action then says why).
+func (l *ledger) lookupToShow(ctx context.Context, tenant, key string) (found, bool) {
+	if strings.TrimSpace(key) == "" {
+		return found{}, false
+	}
+	f, err := l.lookup(ctx, tenant, key)
+	return f, err == nil
 }
 
 func setupResolve(e *env, fs *flag.FlagSet) func(context.Context, []string) error {
 	file := fs.String("outcome-file", "", "the outcome, the service's JSON encoding of what the rail shows, from this `file` (- for stdin)")
 	token := tokenFlag(fs)
+	force := forceFlag(fs, "resolve")
 	names := fieldFlags(fs)
 	return func(ctx context.Context, args []string) error {
 		if *file == "" {
@@ -293,31 +336,21 @@ func setupResolve(e *env, fs *flag.FlagSet) func(context.Context, []string) erro
 			return err
 		}
 		defer l.pool.Close()
-		f, err := l.lookup(ctx, e.g.tenant.value, args[0])
-		if err != nil {
-			return err
-		}
-		if err := checkToken(f, *token); err != nil {
-			return err
-		}
-		f.print(e.stdout)
-		if !f.rec.Pruned { // a tombstone has no fingerprint left: the ledger refuses below
-			if err := names.match(raw, f.rec.Fingerprint); err != nil {
-				return fmt.Errorf("outcome file %s: %w: nothing written", *file, err)
+		t := admin.Target{Tenant: e.g.tenant.value, Key: args[0], Token: driver.Token(*token), Force: *force}
+		if f, ok := l.lookupToShow(ctx, t.Tenant, t.Key); ok {
+			f.print(e.stdout)
+			if t.Token == 0 {
+				t.Token = f.rec.Token // the claim shown, and no later one
 			}
+		}
+		fp, err := names.parse(raw)
+		if err != nil {
+			return fmt.Errorf("outcome file %s: %w: nothing written", *file, err)
 		}
 		if testHookAfterLookup != nil {
 			testHookAfterLookup()
 		}
-		if err := l.admin.ResolveClaim(ctx, f.claim(), record{fp: f.rec.Fingerprint, raw: raw}); err != nil {
-			return err
-		}
-		if f.rec.Done {
-			fmt.Fprintf(e.stdout, "request key %s already had this outcome: nothing changed\n", f.key)
-			return nil
-		}
-		fmt.Fprintf(e.stdout, "resolved request key %s (token %d): its retries get this outcome\n", f.key, f.rec.Token)
-		return nil
+		return e.show(l.admin.Resolve(ctx, t, record{fp: fp, raw: raw}))
 	}
 }
 
@@ -350,20 +383,15 @@ func (e *env) readOutcome(name string) ([]byte, error) {
 func setupRelease(e *env, fs *flag.FlagSet) func(context.Context, []string) error {
 	yes := fs.Bool("yes", false, "release without asking for confirmation")
 	token := tokenFlag(fs)
+	force := forceFlag(fs, "release")
 	return func(ctx context.Context, args []string) error {
 		l, err := e.open(ctx)
 		if err != nil {
 			return err
 		}
 		defer l.pool.Close()
-		f, err := l.lookup(ctx, e.g.tenant.value, args[0])
-		if err != nil {
-			return err
-		}
-		if err := checkToken(f, *token); err != nil {
-			return err
-		}
-		if !f.rec.Done { // a key with an outcome: the ledger refuses below
+		t := admin.Target{Tenant: e.g.tenant.value, Key: args[0], Token: driver.Token(*token), Force: *force}
+		if f, ok := l.lookupToShow(ctx, t.Tenant, t.Key); ok && !f.rec.Done && (t.Token == 0 || t.Token == f.rec.Token) {
 			f.print(e.stdout)
 			if !*yes {
 				fmt.Fprintf(e.stderr, "release request key %s of withdrawal %s in tenant %q? [y/N] ", f.key, f.rec.Fingerprint.WithdrawalID, f.tenant)
@@ -375,15 +403,12 @@ func setupRelease(e *env, fs *flag.FlagSet) func(context.Context, []string) erro
 					return errDeclined
 				}
 			}
+			t.Token = f.rec.Token // the claim the operator confirmed, and no later one
 		}
 		if testHookAfterLookup != nil {
 			testHookAfterLookup()
 		}
-		if err := l.admin.ReleaseClaim(ctx, f.claim()); err != nil {
-			return err
-		}
-		fmt.Fprintf(e.stdout, "released request key %s (token %d): withdrawal %s may be sent again\n", f.key, f.rec.Token, f.rec.Fingerprint.WithdrawalID)
-		return nil
+		return e.show(l.admin.Release(ctx, t))
 	}
 }
 
@@ -420,14 +445,14 @@ func setupPrune(e *env, fs *flag.FlagSet) func(context.Context, []string) error 
 			floor = 0
 		}
 		least := max(*minRetention, admin.DefaultMinRetention)
-		if horizon.After(now.Add(-least)) && !horizon.After(now.Add(-floor)) { // allowed, by --force or --min-retention
-			fmt.Fprintf(e.stderr, "submissionsctl: warning: pruning records settled less than %v ago: %s\n", least, pruneRisk)
-		}
 		n, err := l.admin.WithMinRetention(floor).Prune(ctx, horizon, *batch)
 		if errors.Is(err, admin.ErrHorizonTooRecent) {
 			return fmt.Errorf("%w: nothing pruned: %s; give an older --before, or a lower --min-retention, or --force", err, pruneRisk)
 		}
-		fmt.Fprintf(e.stdout, "pruned %d records settled before %s\n", n, horizon.UTC().Format(time.RFC3339))
+		fmt.Fprintf(e.stdout, "pruned %d %s settled before %s\n", n, plural(n, "record", "records"), horizon.UTC().Format(time.RFC3339))
+		if n > 0 && horizon.After(now.Add(-least)) { // allowed, by --force or --min-retention
+			fmt.Fprintf(e.stderr, "%s: warning: pruned with a horizon less than %v ago: %s\n", e.o.name, least, pruneRisk)
+		}
 		return err
 	}
 }

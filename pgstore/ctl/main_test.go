@@ -1,4 +1,4 @@
-package main
+package ctl
 
 import (
 	"bytes"
@@ -101,7 +101,7 @@ func (f *fixture) ctlFrom(t *testing.T, stdin io.Reader, args ...string) (int, s
 	t.Helper()
 	var stdout, stderr bytes.Buffer
 	args = append([]string{"--database-url", f.url, "--table", f.table}, args...)
-	code := run(context.Background(), args, stdin, &stdout, &stderr)
+	code := Run(context.Background(), args, stdin, &stdout, &stderr)
 	return code, stdout.String(), stderr.String()
 }
 
@@ -179,8 +179,8 @@ func TestInFlight(t *testing.T) {
 		require.Equal(t, exitOK, code, stderr)
 		lines := strings.Split(strings.TrimSpace(stdout), "\n")
 		require.Len(t, lines, 4, stdout)
-		assert.Regexp(t, `^TENANT\s+KEY\s+WITHDRAWAL\s+AMOUNT\s+CURRENCY\s+DESTINATION\s+CLAIMED AT\s+AGE\s+TOKEN$`, lines[0])
-		assert.Regexp(t, `^""\s+key-a\s+`+a.ID+`\s+25\s+EUR\s+DE89370400440532013000\s+\d{4}-\d\d-\d\dT\S+\s+\d+s\s+\d+$`, lines[1])
+		assert.Regexp(t, `^TENANT\s+KEY\s+WITHDRAWAL\s+AMOUNT\s+CURRENCY\s+DESTINATION\s+CLAIMED AT\s+AGE\s+TOKEN\s+SEND$`, lines[0])
+		assert.Regexp(t, `^""\s+key-a\s+`+a.ID+`\s+25\s+EUR\s+DE89370400440532013000\s+\d{4}-\d\d-\d\dT\S+\s+\d+s\s+\d+\s+ended without answer$`, lines[1])
 		assert.Regexp(t, `^acme\s+"key b"\s+`+b.ID+`\s`, lines[2])
 		assert.Equal(t, "2 keys in flight", lines[3])
 		assert.NotContains(t, stdout, "key-done")
@@ -205,6 +205,8 @@ func TestInFlight(t *testing.T) {
 		assert.Equal(t, a.Destination, got[0].Destination)
 		assert.WithinDuration(t, time.Now(), got[0].ClaimedAt, time.Minute)
 		assert.Equal(t, f.token(t, "", "key-a"), got[0].Token)
+		assert.True(t, got[0].Abandoned, "its send ended without an answer")
+		assert.Equal(t, "ended without answer", got[0].Send)
 		assert.Equal(t, "acme", got[1].Tenant)
 		assert.Equal(t, "key b", got[1].Key)
 	})
@@ -222,13 +224,13 @@ func TestInFlight(t *testing.T) {
 
 		code, stdout, stderr = f.ctl(t, "", "inflight", "--tenant", "nobody")
 		require.Equal(t, exitOK, code, stderr)
-		assert.Equal(t, "no keys in flight\n", stdout)
+		assert.Equal(t, "no keys in flight in tenant \"nobody\"\n", stdout, "says what it selected")
 	})
 
 	t.Run("older than", func(t *testing.T) {
 		code, stdout, stderr := f.ctl(t, "", "inflight", "--older-than", "1h")
 		require.Equal(t, exitOK, code, stderr)
-		assert.Equal(t, "no keys in flight\n", stdout)
+		assert.Equal(t, "no keys in flight claimed at least 1h0m0s ago\n", stdout, "says what it selected: younger keys are in flight")
 
 		time.Sleep(50 * time.Millisecond)
 		code, stdout, stderr = f.ctl(t, "", "inflight", "--older-than", "20ms", "--json")
@@ -339,7 +341,7 @@ func TestResolve(t *testing.T) {
 	t.Run("again", func(t *testing.T) {
 		code, stdout, stderr := f.ctl(t, "", "--tenant", "acme", "resolve", "k1", "--outcome-file", file)
 		require.Equal(t, exitOK, code, stderr)
-		assert.Contains(t, stdout, "request key k1 already had this outcome: nothing changed\n")
+		assert.Contains(t, stdout, "request key k1 already has this outcome: nothing changed\n")
 	})
 
 	t.Run("another outcome", func(t *testing.T) {
@@ -347,7 +349,7 @@ func TestResolve(t *testing.T) {
 		other.Tx = "tx_other"
 		code, _, stderr := f.ctl(t, "", "--tenant", "acme", "resolve", "k1", "--outcome-file", writeOutcome(t, other))
 		assert.Equal(t, exitFailed, code)
-		assert.Equal(t, "submissionsctl: idempotency conflict: request key k1 has another outcome\n", stderr)
+		assert.Equal(t, "submissionsctl: request key k1 has another outcome: nothing changed (an outcome is never replaced); next: show the key for the outcome it has\n", stderr)
 	})
 
 	t.Run("from stdin, spelled otherwise", func(t *testing.T) {
@@ -375,7 +377,7 @@ func TestResolve(t *testing.T) {
 		assert.Contains(t, stderr, "submissionsctl: outcome file: open ")
 		code, _, stderr = f.ctl(t, "", "resolve", "nokey", "--outcome-file", file)
 		assert.Equal(t, exitFailed, code)
-		assert.Equal(t, "submissionsctl: request key nokey: not found in tenant \"\"\n", stderr)
+		assert.Equal(t, "submissionsctl: request key nokey has no record in the default tenant: nothing changed; next: check the key and the tenant; list the keys in flight\n", stderr)
 	})
 }
 
@@ -400,11 +402,11 @@ func TestResolveRefusesAnotherWithdrawal(t *testing.T) {
 		want       string
 	}{
 		{"another withdrawal", writeOutcome(t, other), nil,
-			`another withdrawal than the claim's: id "` + other.ID + `" is not the claim's "` + p.ID + `"`},
+			`the outcome is for withdrawal "` + other.ID + `", not the claim's "` + p.ID + `": nothing changed; next: .+`},
 		{"another amount, currency and destination", withFields(func(m map[string]any) {
 			m["amount"], m["currency"], m["destination"] = "25.01", "USD", "de89370400440532013000"
-		}), nil, `another withdrawal than the claim's: amount "25.01" is not the claim's "25", currency "USD" is not the claim's "EUR", ` +
-			`destination "de89370400440532013000" is not the claim's "DE89370400440532013000"`},
+		}), nil, `the outcome differs from the claim's withdrawal: amount "25.01" is not the claim's "25", currency "USD" is not the claim's "EUR", ` +
+			`destination "de89370400440532013000" is not the claim's "DE89370400440532013000": nothing changed; next: .+`},
 		{"no id", `{"state":"sent"}`, nil, `the outcome has no member "id" \(--id-field names it\)`},
 		{"no amount", withFields(func(m map[string]any) { delete(m, "amount") }), nil, `the outcome has no member "amount" \(--amount-field names it\)`},
 		{"no currency by its flag's name", writeOutcome(t, p), []string{"--currency-field", "ccy"}, `the outcome has no member "ccy" \(--currency-field names it\)`},
@@ -413,7 +415,7 @@ func TestResolveRefusesAnotherWithdrawal(t *testing.T) {
 			`the outcome has 2 members named "id" regardless of case: \["ID" "id"\] \(--id-field names it\)`},
 		{"not a string", withFields(func(m map[string]any) { m["id"] = []string{p.ID} }), nil, `the outcome's "id" is neither a string nor a number \(--id-field names it\)`},
 		{"not a valid withdrawal", withFields(func(m map[string]any) { m["amount"] = "-25" }), nil,
-			`the outcome's withdrawal: invalid fingerprint: Amount: not a positive decimal of at most 100 bytes`},
+			`the outcome is not valid: invalid fingerprint: Amount: not a positive decimal of at most 100 bytes: nothing changed; next: .+`},
 		{"not an object", `[{"id":"` + p.ID + `"}]`, nil, `the outcome is not a JSON object`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -426,7 +428,11 @@ func TestResolveRefusesAnotherWithdrawal(t *testing.T) {
 			assert.Equal(t, exitFailed, code)
 			assert.Regexp(t, `state:\s+in flight\n`, stdout, "the claim, shown")
 			assert.NotContains(t, stdout, "resolved")
-			assert.Regexp(t, `^submissionsctl: outcome file `+regexp.QuoteMeta(file)+`: `+tc.want+`: nothing written\n$`, stderr)
+			if strings.Contains(tc.want, "; next: ") { // the ledger's decision
+				assert.Regexp(t, `^submissionsctl: `+tc.want+`\n$`, stderr)
+			} else { // the file's members, read by the command line
+				assert.Regexp(t, `^submissionsctl: outcome file `+regexp.QuoteMeta(file)+`: `+tc.want+`: nothing written\n$`, stderr)
+			}
 			_, called, err := f.send(t, "acme", "k1", p)
 			require.ErrorIs(t, err, submissions.ErrSubmissionInFlight, "nothing written: still in flight")
 			assert.False(t, called)
@@ -464,7 +470,8 @@ func TestResolveActsOnTheClaimItShows(t *testing.T) {
 		code, stdout, stderr := f.ctl(t, "", "resolve", "k1", "--outcome-file", file)
 		assert.Equal(t, exitFailed, code)
 		assert.Contains(t, stdout, "token:")
-		assert.Equal(t, "submissionsctl: claim changed: request key k1: the claim is no longer in the store under its token\n", stderr)
+		assert.Regexp(t, `^submissionsctl: request key k1's claim is token \d+, not \d+: nothing changed; next: show the key, look at the rail for that claim, and act on the token shown\n$`, stderr,
+			"acts on the claim it showed, not on the new one")
 	})
 	now := f.token(t, "", "k1")
 	require.NotEqual(t, old, now)
@@ -472,8 +479,8 @@ func TestResolveActsOnTheClaimItShows(t *testing.T) {
 	t.Run("an old token", func(t *testing.T) {
 		code, stdout, stderr := f.ctl(t, "", "resolve", "k1", "--outcome-file", file, "--token", jsonNumber(old))
 		assert.Equal(t, exitFailed, code)
-		assert.Empty(t, stdout)
-		assert.Regexp(t, `^submissionsctl: claim changed: request key k1: its claim is token \d+ now, not \d+: look at the rail for the new claim\n$`, stderr)
+		assert.Regexp(t, `state:\s+in flight\n`, stdout, "the claim, shown")
+		assert.Regexp(t, `^submissionsctl: request key k1's claim is token \d+, not \d+: nothing changed; next: .+\n$`, stderr)
 	})
 
 	code, stdout, _ := f.ctl(t, "", "show", "k1")
@@ -534,7 +541,7 @@ func TestRelease(t *testing.T) {
 		code, stdout, stderr := f.ctl(t, "", "release", "k4")
 		assert.Equal(t, exitFailed, code)
 		assert.Empty(t, stdout)
-		assert.Equal(t, "submissionsctl: idempotency conflict: request key k4 has an outcome\n", stderr)
+		assert.Equal(t, "submissionsctl: request key k4 has an outcome, so its withdrawal was settled: a key with an outcome is never released; nothing changed; next: show the key for its outcome\n", stderr)
 	})
 
 	t.Run("claimed again while the operator answers", func(t *testing.T) {
@@ -543,21 +550,23 @@ func TestRelease(t *testing.T) {
 		answer := &onRead{do: func() { f.reclaim(t, "", "k5", p) }, r: strings.NewReader("y\n")}
 		code, _, stderr := f.ctlFrom(t, answer, "release", "k5")
 		assert.Equal(t, exitFailed, code)
-		assert.Contains(t, stderr, "submissionsctl: claim changed: request key k5: the claim is no longer in the store under its token\n")
+		assert.Regexp(t, `submissionsctl: request key k5's claim is token \d+, not \d+: nothing changed; next: .+\n$`, stderr,
+			"releases the claim confirmed, not the new one")
 		now := f.token(t, "", "k5")
 		assert.NotEqual(t, old, now)
 
 		code, _, stderr = f.ctl(t, "", "release", "k5", "--yes", "--token", jsonNumber(old))
 		assert.Equal(t, exitFailed, code)
-		assert.Contains(t, stderr, "claim changed")
+		assert.Contains(t, stderr, fmt.Sprintf("claim is token %d, not %d: nothing changed", now, old))
 		_, _, err := f.send(t, "", "k5", p)
 		assert.ErrorIs(t, err, submissions.ErrSubmissionInFlight, "the new claim is left as it is")
 	})
 
 	t.Run("unknown key", func(t *testing.T) {
-		code, _, stderr := f.ctl(t, "", "release", "nokey", "--yes")
-		assert.Equal(t, exitFailed, code)
-		assert.Equal(t, "submissionsctl: request key nokey: not found in tenant \"\"\n", stderr)
+		code, stdout, stderr := f.ctl(t, "", "release", "nokey", "--yes")
+		assert.Equal(t, exitOK, code, "already as asked")
+		assert.Empty(t, stderr)
+		assert.Equal(t, "request key nokey has no claim in the default tenant: nothing to release, nothing changed\n", stdout)
 	})
 }
 
@@ -598,7 +607,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"show", "k", "--database-url", "::not a url"}, "database URL: "},
 	} {
 		var stdout, stderr bytes.Buffer
-		code := run(context.Background(), tc.args, strings.NewReader(""), &stdout, &stderr)
+		code := Run(context.Background(), tc.args, strings.NewReader(""), &stdout, &stderr)
 		assert.Equal(t, exitUsage, code, "%q", tc.args)
 		assert.Empty(t, stdout.String(), "%q", tc.args)
 		assert.True(t, strings.HasPrefix(stderr.String(), "submissionsctl: "+tc.want), "%q: %s", tc.args, stderr.String())
@@ -608,9 +617,9 @@ func TestUsage(t *testing.T) {
 	t.Run("help", func(t *testing.T) {
 		for _, args := range [][]string{{"-h"}, {"help"}, {"release", "-h"}, {"--help"}} {
 			var stdout, stderr bytes.Buffer
-			code := run(context.Background(), args, strings.NewReader(""), &stdout, &stderr)
+			code := Run(context.Background(), args, strings.NewReader(""), &stdout, &stderr)
 			assert.Equal(t, exitOK, code, "%q", args)
-			assert.Contains(t, stdout.String(), "Exit codes:\n  0  done\n", "%q", args)
+			assert.Contains(t, stdout.String(), "Exit codes:\n  0  done: changed, or already as asked", "%q", args)
 			assert.Empty(t, stderr.String())
 		}
 	})
@@ -618,7 +627,7 @@ func TestUsage(t *testing.T) {
 	t.Run("no database URL", func(t *testing.T) {
 		t.Setenv("DATABASE_URL", "")
 		var stdout, stderr bytes.Buffer
-		code := run(context.Background(), []string{"inflight"}, strings.NewReader(""), &stdout, &stderr)
+		code := Run(context.Background(), []string{"inflight"}, strings.NewReader(""), &stdout, &stderr)
 		assert.Equal(t, exitUsage, code)
 		assert.Equal(t, "submissionsctl: no database: give --database-url or set DATABASE_URL (see submissionsctl -h)\n", stderr.String())
 	})
@@ -626,7 +635,7 @@ func TestUsage(t *testing.T) {
 
 func TestDatabaseUnreachable(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	code := run(context.Background(), []string{"--database-url", "postgres://nobody@127.0.0.1:1/none?connect_timeout=2", "inflight"},
+	code := Run(context.Background(), []string{"--database-url", "postgres://nobody@127.0.0.1:1/none?connect_timeout=2", "inflight"},
 		strings.NewReader(""), &stdout, &stderr)
 	assert.Equal(t, exitFailed, code)
 	assert.True(t, strings.HasPrefix(stderr.String(), "submissionsctl: database: "), stderr.String())
@@ -636,7 +645,7 @@ func TestDatabaseUnreachable(t *testing.T) {
 func TestMissingTable(t *testing.T) {
 	url := testURL(t)
 	var stdout, stderr bytes.Buffer
-	code := run(context.Background(), []string{"--database-url", url, "--table", "ctl_never_made", "show", "k"},
+	code := Run(context.Background(), []string{"--database-url", url, "--table", "ctl_never_made", "show", "k"},
 		strings.NewReader(""), &stdout, &stderr)
 	assert.Equal(t, exitFailed, code)
 	assert.Contains(t, stderr.String(), "call Migrate")
@@ -647,7 +656,7 @@ func TestDatabaseURLFromEnvironment(t *testing.T) {
 	f.leaveInFlight(t, "", "k1", newPayout(randomID()))
 	t.Setenv("DATABASE_URL", f.url)
 	var stdout, stderr bytes.Buffer
-	code := run(context.Background(), []string{"--table", f.table, "inflight", "--json"}, strings.NewReader(""), &stdout, &stderr)
+	code := Run(context.Background(), []string{"--table", f.table, "inflight", "--json"}, strings.NewReader(""), &stdout, &stderr)
 	require.Equal(t, exitOK, code, stderr.String())
 	assert.Contains(t, stdout.String(), `"key":"k1"`)
 }
@@ -657,7 +666,7 @@ func TestBinary(t *testing.T) {
 	f := setup(t)
 	p := f.leaveInFlight(t, "", "k1", newPayout(randomID()))
 	bin := filepath.Join(t.TempDir(), "submissionsctl")
-	build := exec.Command("go", "build", "-o", bin, ".")
+	build := exec.Command("go", "build", "-o", bin, "../cmd/submissionsctl")
 	build.Env = append(os.Environ(), "GOWORK=off")
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "%s", out)
@@ -719,7 +728,7 @@ func TestPrune(t *testing.T) {
 
 	code, stdout, stderr = f.ctl(t, "", "prune", "--before", "24h", "--batch", "1")
 	require.Equal(t, exitOK, code, stderr)
-	assert.Regexp(t, `^pruned 1 records settled before `, stdout, "the key settled two days ago; never the one in flight")
+	assert.Regexp(t, `^pruned 1 record settled before `, stdout, "the key settled two days ago; never the one in flight")
 	assert.Empty(t, stderr, "no warning at the minimum retention")
 
 	_, called, err = f.send(t, "acme", "k1", old)
@@ -768,14 +777,14 @@ func TestPrune(t *testing.T) {
 	code, stdout, stderr = f.ctl(t, "", "prune", "--before", "1h", "--min-retention", "30m")
 	require.Equal(t, exitOK, code, stderr)
 	assert.Regexp(t, `^pruned 0 records settled before `, stdout, "k4 settled less than an hour ago")
-	assert.Equal(t, "submissionsctl: warning: pruning records settled less than 24h0m0s ago: "+risk+"\n", stderr,
-		"below the default minimum, what it risks")
+	assert.Empty(t, stderr, "no warning when nothing was pruned")
 	kept("--min-retention 30m")
 
 	code, stdout, stderr = f.ctl(t, "", "prune", "--before", "10ms", "--force")
 	require.Equal(t, exitOK, code, stderr)
-	assert.Regexp(t, `^pruned 1 records settled before `, stdout)
-	assert.Equal(t, "submissionsctl: warning: pruning records settled less than 24h0m0s ago: "+risk+"\n", stderr)
+	assert.Regexp(t, `^pruned 1 record settled before `, stdout)
+	assert.Equal(t, "submissionsctl: warning: pruned with a horizon less than 24h0m0s ago: "+risk+"\n", stderr,
+		"below the default minimum, what it risks")
 	_, called, err = f.send(t, "acme", "k4", recent)
 	require.ErrorIs(t, err, submissions.ErrPruned, "pruned by --force")
 	assert.False(t, called)

@@ -1,4 +1,4 @@
-package main
+package ctl
 
 import (
 	"bytes"
@@ -13,14 +13,15 @@ import (
 )
 
 // record is an outcome as the table holds it, which this command cannot read
-// the service's fields of: its bytes, the service's JSON encoding, and the
-// fingerprint of the claim it belongs to.
+// the service's fields of: its bytes, the service's JSON encoding, and its
+// fingerprint: the claim's for a stored outcome, the file's own for an
+// outcome file.
 type record struct {
 	fp  driver.Fingerprint
 	raw json.RawMessage
 }
 
-// Fingerprint returns the fingerprint of the claim the outcome belongs to.
+// Fingerprint returns the outcome's fingerprint.
 func (r record) Fingerprint() driver.Fingerprint { return r.fp }
 
 // MarshalJSON returns the outcome's JSON as it is, so that the ledger
@@ -74,14 +75,15 @@ func fieldFlags(fs *flag.FlagSet) fieldNames {
 	}
 }
 
-// match returns nil when the outcome raw, a JSON object, is the withdrawal
-// of want, a canonical fingerprint, compared as the ledger compares them;
-// and otherwise an error that names the fields that differ, or the flag to
-// set for a field it cannot find.
-func (n fieldNames) match(raw []byte, want driver.Fingerprint) error {
+// parse returns the fingerprint of the outcome raw, a JSON object, as it
+// holds it, read from the members these names name (matched regardless of
+// case, as encoding/json matches them); or an error that names the flag to
+// set for a member it cannot find. Whether the outcome is the claim's
+// withdrawal is the ledger's to decide.
+func (n fieldNames) parse(raw []byte) (driver.Fingerprint, error) {
 	var members map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &members); err != nil {
-		return errors.New("the outcome is not a JSON object")
+		return driver.Fingerprint{}, errors.New("the outcome is not a JSON object")
 	}
 	var got driver.Fingerprint
 	for _, f := range []struct {
@@ -95,29 +97,11 @@ func (n fieldNames) match(raw []byte, want driver.Fingerprint) error {
 	} {
 		v, err := member(members, f.name)
 		if err != nil {
-			return fmt.Errorf("%w (--%s names it)", err, f.flag)
+			return driver.Fingerprint{}, fmt.Errorf("%w (--%s names it)", err, f.flag)
 		}
 		*f.to = v
 	}
-	canonical, err := got.Canonical()
-	if err != nil {
-		return fmt.Errorf("the outcome's withdrawal: %w", err)
-	}
-	var differ []string
-	for _, f := range []struct{ name, got, want string }{
-		{*n.id, canonical.WithdrawalID, want.WithdrawalID},
-		{*n.amount, canonical.Amount, want.Amount},
-		{*n.currency, canonical.Currency, want.Currency},
-		{*n.destination, canonical.Destination, want.Destination},
-	} {
-		if f.got != f.want {
-			differ = append(differ, fmt.Sprintf("%s %q is not the claim's %q", f.name, f.got, f.want))
-		}
-	}
-	if differ != nil {
-		return fmt.Errorf("another withdrawal than the claim's: %s", strings.Join(differ, ", "))
-	}
-	return nil
+	return got, nil
 }
 
 // member returns the string or number of members named name, matched as
