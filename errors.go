@@ -93,17 +93,20 @@ var (
 	ErrOutcomeNotRecorded = driver.ErrOutcomeNotRecorded
 
 	// ErrResolvedMeanwhile: wrapped with ErrOutcomeNotRecorded when the
-	// key's claim was resolved by an operator (or a reconciler) with
-	// another outcome while send ran, and perhaps pruned since: the key's
-	// outcome is the operator's, and the rail's answer, returned with the
-	// error, is logged at Error and given to the observer.
+	// key's claim was resolved otherwise (an operator, a reconciler, the
+	// service's own Resolve) with another outcome while send ran, and
+	// perhaps pruned since: the key's outcome and the rail's answer
+	// disagree. The answer, returned with the error, is logged at Error and
+	// given to the observer. Wrapped with ErrNotSent instead when send said
+	// it moved nothing: then there is no answer to keep.
 	ErrResolvedMeanwhile = driver.ErrResolvedMeanwhile
 
-	// ErrReleasedMeanwhile: wrapped with ErrOutcomeNotRecorded (or with
-	// ErrNotSent) when the key's claim was released while send ran: the key
-	// and the withdrawal are free, though the rail answered. The rail's
-	// answer, returned with the error, is logged at Error and given to the
-	// observer: an operator must see it before the withdrawal is sent again.
+	// ErrReleasedMeanwhile: wrapped with ErrOutcomeNotRecorded when the
+	// key's claim was released while send ran: the key and the withdrawal
+	// are free, though the rail answered. The answer, returned with the
+	// error, is logged at Error and given to the observer: an operator must
+	// see it before the withdrawal is sent again. Wrapped with ErrNotSent
+	// instead when send said it moved nothing: then there is no answer.
 	ErrReleasedMeanwhile = driver.ErrReleasedMeanwhile
 )
 

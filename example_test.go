@@ -155,7 +155,7 @@ func Example_errorClasses() {
 	}
 	// Output:
 	// money may have moved, escalate: outcome not recorded: request key req-1: answer differs in Amount | the rail said 0xf00
-	// refused, nothing sent: submission in flight: request key req-1: its send ended without an answer
+	// refused, nothing sent: submission in flight: request key req-1: no answer of its send was recorded
 	// refused, nothing sent: idempotency conflict: withdrawal wd-1 is claimed by request key req-1
 }
 

@@ -277,7 +277,7 @@ func TestErrorStringsAreShortAndStable(t *testing.T) {
 		{longID, "invalid fingerprint: WithdrawalID: longer than 255 bytes"},
 		{invalidAmount, "invalid fingerprint: Amount: not a positive decimal of at most 100 bytes"},
 		{unknown, "outcome unknown: request key req-4: rail timed out"},
-		{inFlight, "submission in flight: request key req-4: its send ended without an answer"},
+		{inFlight, "submission in flight: request key req-4: no answer of its send was recorded"},
 		{notRecorded, "outcome not recorded: request key req-5: answer differs in Amount"},
 		{s.Release(bg, "req-1"), "idempotency conflict: request key req-1 has an outcome"},
 		{s.Resolve(bg, "req-1", withdrawal{ID: "w-1", Amount: "25", Currency: "USDC", Dest: "0xabc", TxHash: "0xother"}), "idempotency conflict: request key req-1 has another outcome"},

@@ -24,8 +24,9 @@ const (
 	// Refused: a rule refused the action (Result.Rule names it); nothing
 	// changed.
 	Refused
-	// Failed: the store failed, or ctx ended, while the action ran: it may
-	// or may not stand. Show the key again to know.
+	// Failed: the store failed, or ctx ended: before the action was made
+	// (the message says nothing changed), or while it was made (it may or
+	// may not stand). Show the key again to know.
 	Failed
 )
 
@@ -269,6 +270,10 @@ func (a *Admin[R]) after(r *Result, err error) Result {
 		return r.refuse(RuleClaimChanged, "", err,
 			fmt.Sprintf("request key %s's claim changed while the %s ran (released, resolved or claimed again): this action changed nothing", r.Claim.Key, r.Action),
 			"show the key again")
+	case errors.Is(err, driver.ErrIdempotencyConflict) && r.Action == "release":
+		return r.refuse(RuleHasOutcome, "", err,
+			fmt.Sprintf("request key %s was resolved while the release ran, so its withdrawal was settled: a key with an outcome is never released; nothing changed", r.Claim.Key),
+			"show the key for its outcome")
 	case errors.Is(err, driver.ErrIdempotencyConflict):
 		return r.refuse(RuleAnotherOutcome, "outcome", err,
 			fmt.Sprintf("request key %s was resolved with another outcome while the %s ran: nothing changed by this action", r.Claim.Key, r.Action),

@@ -144,9 +144,9 @@ type InFlightQuery struct {
 	Limit int
 }
 
-// Empty is the sentence a listing of q with no claims shows: "no keys in
+// EmptyText is the sentence a listing of q with no claims shows: "no keys in
 // flight", and what q selects when it selects less than every claim.
-func (q InFlightQuery) Empty() string {
+func (q InFlightQuery) EmptyText() string {
 	var b strings.Builder
 	b.WriteString("no keys in flight")
 	if q.OlderThan > 0 {
@@ -169,8 +169,8 @@ func (q InFlightQuery) Empty() string {
 
 // The states of a claim's send, as Claim.Send names them.
 const (
-	SendRunning = "running"              // this ledger is running it
-	SendEnded   = "ended without answer" // it ended without a recorded answer (Abandoned)
+	SendRunning = "running"                         // this ledger is running it
+	SendEnded   = "ended without a recorded answer" // it ended without a recorded answer (Abandoned)
 	SendUnknown = "not known to have ended"
 )
 
@@ -240,6 +240,8 @@ func (a *Admin[R]) list(ctx context.Context, q driver.ListQuery) ([]Claim, error
 
 // ResolveClaim records outcome on the claim c, a claim listed by InFlight,
 // as Resolve does on a key: "I looked at the rail, here is what happened".
+// Unlike Admin.Resolve it needs no force for a claim whose send may run: it
+// is the path of a program that has looked at the rail (Reconcile's).
 // It acts only on c's token in c's tenant. The outcome's fingerprint must be
 // the claim's. It returns nil when the outcome is recorded, or was already;
 // ErrIdempotencyConflict when the claim has another outcome or withdrawal;
@@ -258,7 +260,9 @@ func (a *Admin[R]) ResolveClaim(ctx context.Context, c Claim, outcome R) error {
 }
 
 // ReleaseClaim drops the claim c, a claim listed by InFlight, as Release
-// does a key: "I looked at the rail, nothing was sent". It acts only on c's
+// does a key: "I looked at the rail, nothing was sent". Unlike
+// Admin.Release it needs no force for a claim no send is known to have
+// ended: it is the path of a program that has looked at the rail. It acts only on c's
 // token in c's tenant. It returns nil when the claim is released;
 // ErrSubmissionInFlight while this ledger is running its send;
 // ErrIdempotencyConflict when the claim has an outcome; ErrClaimChanged when

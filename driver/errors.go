@@ -10,7 +10,7 @@ var (
 	ErrInvalidKey         = errors.New("invalid request key")
 	ErrInvalidTenant      = errors.New("invalid tenant")
 	ErrSubmissionInFlight = errors.New("submission in flight")
-	ErrAbandoned          = errors.New("its send ended without an answer")
+	ErrAbandoned          = errors.New("no answer of its send was recorded")
 	ErrResolvedMeanwhile  = errors.New("resolved otherwise while send ran")
 	ErrReleasedMeanwhile  = errors.New("released while send ran")
 	ErrUnknownKey         = errors.New("request key is not claimed")

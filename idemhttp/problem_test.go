@@ -306,9 +306,9 @@ func TestProblemForOutcomeNotRecorded(t *testing.T) {
 	}
 	for _, make := range []ledgerError{notRecordedResolved, notRecordedResolvedPruned, wrapped(notRecordedResolved)} {
 		p := idemhttp.ProblemFor(make(t))
-		assert.Contains(t, p.Detail, "an operator resolved this request key while it was answering")
-		assert.Contains(t, p.Detail, "the key's outcome is the operator's")
-		assert.Contains(t, p.Detail, "Retry under the same key to get the key's outcome")
+		assert.Contains(t, p.Detail, "was resolved otherwise (by an operator, or another part of the service) while it was answering")
+		assert.Contains(t, p.Detail, "the key's recorded outcome and the rail's answer disagree")
+		assert.Contains(t, p.Detail, "Escalate")
 		assert.NotContains(t, p.Detail, "stays claimed")
 	}
 	for _, make := range []ledgerError{notRecordedReleased, wrapped(notRecordedReleased)} {

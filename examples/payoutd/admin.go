@@ -26,7 +26,7 @@ type claimView struct {
 	Token        uint64     `json:"token"`
 	Sending      bool       `json:"sending"`        // this process is running its send
 	Abandoned    bool       `json:"abandoned"`      // its send ended without a recorded answer
-	Send         string     `json:"send,omitempty"` // in flight: admin.Claim.Send, "running", "ended without answer" or "not known to have ended"
+	Send         string     `json:"send,omitempty"` // in flight: admin.Claim.Send, "running", "ended without a recorded answer" or "not known to have ended"
 }
 
 func viewOf(c admin.Claim) claimView {

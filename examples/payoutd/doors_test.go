@@ -369,7 +369,7 @@ func TestOperatorDoorsListAlike(t *testing.T) {
 			require.Equal(t, 0, code, stderr.String())
 			if c.empty != "" {
 				assert.Equal(t, c.empty+"\n", stdout.String(), "the command line says what it selected")
-				assert.Equal(t, c.empty, c.query.Empty(), "in the library's words")
+				assert.Equal(t, c.empty, c.query.EmptyText(), "in the library's words")
 			} else {
 				assert.Contains(t, stdout.String(), fmt.Sprintf("%d keys in flight", len(c.want)))
 			}

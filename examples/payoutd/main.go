@@ -165,7 +165,7 @@
 // that long ago), tenant (that tenant's keys only; tenant= is the default
 // tenant) and limit (1 to 1000, default 100: the oldest ones). "send" is
 // "running" while this process runs the key's send (leave those alone),
-// "ended without answer" once it ended so ("abandoned": look at the rail),
+// "ended without a recorded answer" once it ended so ("abandoned": look at the rail),
 // and "not known to have ended" otherwise (another process may run it, or
 // stopped mid-send). A bad parameter is a 400.
 //

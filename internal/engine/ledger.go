@@ -173,18 +173,17 @@ func (l *Ledger[R]) report(ctx context.Context, tenant string, kind observe.Even
 }
 
 // reportAnswer reports an EventNotRecorded whose error is err, with send's
-// answer: to the observer, and to the log with the answer in full (its JSON
-// encoding, or its Go syntax when it has none), at Error when the claim was
-// closed otherwise while send ran (nothing else keeps the rail's word then),
-// at Warn otherwise (the claim stands, in flight, for an operator).
+// answer: to the observer, and to the log at Error with the answer in full
+// (its JSON encoding, or its Go syntax when it has none): the rail said that
+// money moved, and nothing else keeps its word.
 func (l *Ledger[R]) reportAnswer(ctx context.Context, tenant, key, withdrawalID string, took time.Duration, err error, answer R) {
 	if l.observer != nil {
 		l.observer.Observe(ctx, observe.Event{Kind: observe.EventNotRecorded, Tenant: tenant, Key: key,
 			WithdrawalID: withdrawalID, Duration: took, Err: err, Answer: answer})
 	}
-	level, msg := slog.LevelWarn, "outcome not recorded"
+	level, msg := slog.LevelError, "outcome not recorded: the rail answered"
 	if errors.Is(err, ErrResolvedMeanwhile) || errors.Is(err, ErrReleasedMeanwhile) {
-		level, msg = slog.LevelError, "outcome not recorded: the rail's answer came after the claim was closed"
+		msg = "outcome not recorded: the rail's answer came after the claim was closed"
 	}
 	lg := l.log
 	if lg == nil {

@@ -43,9 +43,8 @@ type keepEvents struct{ got []observe.Event }
 func (k *keepEvents) Observe(_ context.Context, e observe.Event) { k.got = append(k.got, e) }
 
 // TestReportAnswerKeepsTheRailsWord: an answer that is not recorded reaches
-// the observer and the log in full: at Error when the claim was closed
-// otherwise while send ran, at Warn otherwise, and not at all below the
-// logger's level; an answer that JSON cannot encode is logged in Go syntax.
+// the observer and the log in full, at Error (not at all when the logger
+// logs less); an answer that JSON cannot encode is logged in Go syntax.
 func TestReportAnswerKeepsTheRailsWord(t *testing.T) {
 	answer := transfer{ID: "w-1", TxHash: "0xrail"}
 	for _, c := range []struct {
@@ -56,9 +55,9 @@ func TestReportAnswerKeepsTheRailsWord(t *testing.T) {
 	}{
 		{"resolved meanwhile", slog.LevelInfo, fmt.Errorf("%w: request key req-1: %w", ErrOutcomeNotRecorded, ErrResolvedMeanwhile), "ERROR"},
 		{"released meanwhile", slog.LevelInfo, fmt.Errorf("%w: request key req-1: %w", ErrOutcomeNotRecorded, ErrReleasedMeanwhile), "ERROR"},
-		{"another withdrawal", slog.LevelInfo, fmt.Errorf("%w: request key req-1: answer differs in Amount", ErrOutcomeNotRecorded), "WARN"},
+		{"another withdrawal", slog.LevelInfo, fmt.Errorf("%w: request key req-1: answer differs in Amount", ErrOutcomeNotRecorded), "ERROR"},
 		{"errors only, closed meanwhile", slog.LevelError, fmt.Errorf("%w: %w", ErrOutcomeNotRecorded, ErrReleasedMeanwhile), "ERROR"},
-		{"errors only, another withdrawal", slog.LevelError, ErrOutcomeNotRecorded, ""},
+		{"above errors", slog.LevelError + 4, ErrOutcomeNotRecorded, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var buf bytes.Buffer
@@ -83,7 +82,8 @@ func TestReportAnswerKeepsTheRailsWord(t *testing.T) {
 		slog.SetDefault(slog.New(slog.NewTextHandler(&buf, nil)))
 		l := New[transfer](newMapStore(), nil, nil)
 		l.reportAnswer(context.Background(), "", "req-1", "w-1", 0, ErrOutcomeNotRecorded, answer)
-		assert.Contains(t, buf.String(), "level=WARN")
+		assert.Contains(t, buf.String(), "level=ERROR")
+		assert.Contains(t, buf.String(), `msg="outcome not recorded: the rail answered"`)
 		assert.NotContains(t, buf.String(), "tenant=", "the default tenant is not named")
 	})
 	assert.Equal(t, `{"a":1}`, answerText(map[string]int{"a": 1}))

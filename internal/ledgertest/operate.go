@@ -25,6 +25,8 @@ var operateTests = []test{
 	{"ForcedResolveOfARunningSendLogsTheRailsAnswer", testForcedResolveOfARunningSendLogsTheRailsAnswer},
 	{"AnOutcomeCheckRefusesEverywhere", testAnOutcomeCheckRefusesEverywhere},
 	{"ActionsWhenTheStoreFails", testActionsWhenTheStoreFails},
+	{"ReleaseOfARunningSendIsRefusedEvenForced", testReleaseOfARunningSendIsRefusedEvenForced},
+	{"ActionsRacedBetweenTheLookAndTheAct", testActionsRacedBetweenTheLookAndTheAct},
 }
 
 // operate is one operator action and what it must do.
@@ -336,4 +338,105 @@ type failingLookups struct{ driver.Store[Withdrawal] }
 
 func (failingLookups) Lookup(context.Context, string, string) (driver.Record[Withdrawal], bool, error) {
 	return driver.Record[Withdrawal]{}, false, errors.New("connection refused")
+}
+
+// A release of a claim this ledger is sending is refused, with force too:
+// it could send the withdrawal twice.
+func testReleaseOfARunningSendIsRefusedEvenForced(t *testing.T, newStore Factory) {
+	f := setUp(t, newStore)
+	started, finish, done := make(chan struct{}), make(chan struct{}), make(chan error)
+	go func() {
+		_, err := f.s.Submit(bg, "req-1", f.w, func(ctx context.Context, w Withdrawal) (Withdrawal, error) {
+			close(started)
+			<-finish
+			return f.rail.send(ctx, w)
+		})
+		done <- err
+	}()
+	<-started
+	for _, force := range []bool{false, true} {
+		res := f.s.Admin().Release(bg, admin.Target{Key: "req-1", Force: force})
+		assert.Equal(t, admin.Refused, res.Decision, "force %v", force)
+		assert.Equal(t, admin.RuleSendRunning, res.Rule, "force %v", force)
+		assert.ErrorIs(t, res.Err, submissions.ErrSubmissionInFlight)
+		assert.Equal(t, "request key req-1's send is running in this process: releasing it could send the withdrawal twice; nothing changed", res.Message)
+	}
+	close(finish)
+	require.NoError(t, <-done, "the send's answer is recorded: nothing was released")
+	f.rail.requireSends(t, 1)
+}
+
+// lookHook is a store that runs a hook once, right after its next Lookup:
+// another instance acting between an operator's look and act.
+type lookHook struct {
+	driver.Store[Withdrawal]
+	hook func()
+}
+
+func (s *lookHook) Lookup(ctx context.Context, tenant, key string) (driver.Record[Withdrawal], bool, error) {
+	rec, ok, err := s.Store.Lookup(ctx, tenant, key)
+	if h := s.hook; h != nil {
+		s.hook = nil
+		h()
+	}
+	return rec, ok, err
+}
+
+// Another instance closes or changes the claim between an action's look and
+// its act: the action changes nothing, and says what happened.
+func testActionsRacedBetweenTheLookAndTheAct(t *testing.T, newStore Factory) {
+	for _, c := range []struct {
+		name    string
+		meddle  func(s *submissions.Submissions[Withdrawal], w Withdrawal)
+		act     func(a *admin.Admin[Withdrawal], w Withdrawal) admin.Result
+		rule    admin.Rule
+		message string
+	}{
+		{"release raced by a resolve",
+			func(s *submissions.Submissions[Withdrawal], w Withdrawal) {
+				require.NoError(t, s.Resolve(bg, "req-1", w.sent("0xother")))
+			},
+			func(a *admin.Admin[Withdrawal], _ Withdrawal) admin.Result {
+				return a.Release(bg, admin.Target{Key: "req-1"})
+			},
+			admin.RuleHasOutcome, "request key req-1 was resolved while the release ran, so its withdrawal was settled: a key with an outcome is never released; nothing changed"},
+		{"resolve raced by another outcome",
+			func(s *submissions.Submissions[Withdrawal], w Withdrawal) {
+				require.NoError(t, s.Resolve(bg, "req-1", w.sent("0xother")))
+			},
+			func(a *admin.Admin[Withdrawal], w Withdrawal) admin.Result {
+				return a.Resolve(bg, admin.Target{Key: "req-1"}, w.sent("0xop"))
+			},
+			admin.RuleAnotherOutcome, "request key req-1 was resolved with another outcome while the resolve ran: nothing changed by this action"},
+		{"resolve raced by a release",
+			func(s *submissions.Submissions[Withdrawal], _ Withdrawal) { require.NoError(t, s.Release(bg, "req-1")) },
+			func(a *admin.Admin[Withdrawal], w Withdrawal) admin.Result {
+				return a.Resolve(bg, admin.Target{Key: "req-1"}, w.sent("0xop"))
+			},
+			admin.RuleClaimChanged, "request key req-1's claim changed while the resolve ran (released, resolved or claimed again): this action changed nothing"},
+		{"release raced by a release and a new claim",
+			func(s *submissions.Submissions[Withdrawal], w Withdrawal) {
+				require.NoError(t, s.Release(bg, "req-1"))
+				_, err := s.Submit(bg, "req-1", w, failing)
+				require.ErrorIs(t, err, submissions.ErrOutcomeUnknown)
+			},
+			func(a *admin.Admin[Withdrawal], _ Withdrawal) admin.Result {
+				return a.Release(bg, admin.Target{Key: "req-1"})
+			},
+			admin.RuleClaimChanged, "request key req-1's claim changed while the release ran (released, resolved or claimed again): this action changed nothing"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := setUp(t, newStore)
+			abandonedKey(t, f)
+			other := submissions.NewWithStore[Withdrawal](f.store, submissions.WithLogger(quiet))
+			hooked := &lookHook{Store: f.store}
+			s := submissions.NewWithStore[Withdrawal](hooked, submissions.WithLogger(quiet))
+			hooked.hook = func() { c.meddle(other, f.w) }
+			res := c.act(s.Admin(), f.w)
+			assert.Equal(t, admin.Refused, res.Decision, res.Message)
+			assert.Equal(t, c.rule, res.Rule)
+			assert.Equal(t, c.message, res.Message)
+			assert.NotEmpty(t, res.Next)
+		})
+	}
 }

@@ -60,7 +60,7 @@ type claimJSON struct {
 	AgeSeconds   int64     `json:"age_seconds"`
 	Token        uint64    `json:"token"`
 	Abandoned    bool      `json:"abandoned"` // its send ended without a recorded answer
-	Send         string    `json:"send"`      // admin.Claim.Send: "ended without answer" or "not known to have ended" (this command runs no sends)
+	Send         string    `json:"send"`      // admin.Claim.Send: "ended without a recorded answer" or "not known to have ended" (this command runs no sends)
 }
 
 func setupInFlight(e *env, fs *flag.FlagSet) func(context.Context, []string) error {
@@ -80,7 +80,7 @@ func setupInFlight(e *env, fs *flag.FlagSet) func(context.Context, []string) err
 		if e.g.tenant.set {
 			q.Tenants = []string{e.g.tenant.value}
 		}
-		empty := q.Empty()
+		empty := q.EmptyText()
 		tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 		if !*asJSON {
 			fmt.Fprintln(tw, "TENANT\tKEY\tWITHDRAWAL\tAMOUNT\tCURRENCY\tDESTINATION\tCLAIMED AT\tAGE\tTOKEN\tSEND")
@@ -149,6 +149,9 @@ func plural(n int, one, many string) string {
 	return many
 }
 
+// errNoRecord is the error of a key without a record.
+var errNoRecord = errors.New("not found")
+
 // found is a key's record, with its times when the table has them.
 type found struct {
 	tenant, key string
@@ -165,7 +168,7 @@ func (l *ledger) lookup(ctx context.Context, tenant, key string) (found, error) 
 	case err != nil:
 		return f, err
 	case !ok:
-		return f, fmt.Errorf("request key %s: not found in tenant %q", f.key, tenant)
+		return f, fmt.Errorf("request key %s: %w in tenant %q", f.key, errNoRecord, tenant)
 	}
 	f.rec = rec
 	// The claim and settlement times are the table's; a read that fails
@@ -308,14 +311,20 @@ func (e *env) show(res admin.Result) error {
 }
 
 // lookupToShow returns the record of tenant's key to show before an action,
-// or false when there is none to show: the key has no record, or cannot be
-// read (the action then says why).
-func (l *ledger) lookupToShow(ctx context.Context, tenant, key string) (found, bool) {
+// or false when it has none (or the key is not valid: the action says so);
+// an error when it cannot be read, so that nothing is done unseen.
+func (l *ledger) lookupToShow(ctx context.Context, tenant, key string) (found, bool, error) {
 	if strings.TrimSpace(key) == "" {
-		return found{}, false
+		return found{}, false, nil
 	}
 	f, err := l.lookup(ctx, tenant, key)
-	return f, err == nil
+	switch {
+	case errors.Is(err, errNoRecord):
+		return f, false, nil
+	case err != nil:
+		return f, false, err
+	}
+	return f, true, nil
 }
 
 func setupResolve(e *env, fs *flag.FlagSet) func(context.Context, []string) error {
@@ -337,7 +346,11 @@ func setupResolve(e *env, fs *flag.FlagSet) func(context.Context, []string) erro
 		}
 		defer l.pool.Close()
 		t := admin.Target{Tenant: e.g.tenant.value, Key: args[0], Token: driver.Token(*token), Force: *force}
-		if f, ok := l.lookupToShow(ctx, t.Tenant, t.Key); ok {
+		f, ok, err := l.lookupToShow(ctx, t.Tenant, t.Key)
+		if err != nil {
+			return err
+		}
+		if ok {
 			f.print(e.stdout)
 			if t.Token == 0 {
 				t.Token = f.rec.Token // the claim shown, and no later one
@@ -391,7 +404,11 @@ func setupRelease(e *env, fs *flag.FlagSet) func(context.Context, []string) erro
 		}
 		defer l.pool.Close()
 		t := admin.Target{Tenant: e.g.tenant.value, Key: args[0], Token: driver.Token(*token), Force: *force}
-		if f, ok := l.lookupToShow(ctx, t.Tenant, t.Key); ok && !f.rec.Done && (t.Token == 0 || t.Token == f.rec.Token) {
+		f, ok, err := l.lookupToShow(ctx, t.Tenant, t.Key)
+		if err != nil {
+			return err
+		}
+		if ok && !f.rec.Done && (t.Token == 0 || t.Token == f.rec.Token) {
 			f.print(e.stdout)
 			if !*yes {
 				fmt.Fprintf(e.stderr, "release request key %s of withdrawal %s in tenant %q? [y/N] ", f.key, f.rec.Fingerprint.WithdrawalID, f.tenant)

@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/admin"
 	"github.com/idemledger/submissions/pgstore"
 )
 
@@ -180,7 +181,7 @@ func TestInFlight(t *testing.T) {
 		lines := strings.Split(strings.TrimSpace(stdout), "\n")
 		require.Len(t, lines, 4, stdout)
 		assert.Regexp(t, `^TENANT\s+KEY\s+WITHDRAWAL\s+AMOUNT\s+CURRENCY\s+DESTINATION\s+CLAIMED AT\s+AGE\s+TOKEN\s+SEND$`, lines[0])
-		assert.Regexp(t, `^""\s+key-a\s+`+a.ID+`\s+25\s+EUR\s+DE89370400440532013000\s+\d{4}-\d\d-\d\dT\S+\s+\d+s\s+\d+\s+ended without answer$`, lines[1])
+		assert.Regexp(t, `^""\s+key-a\s+`+a.ID+`\s+25\s+EUR\s+DE89370400440532013000\s+\d{4}-\d\d-\d\dT\S+\s+\d+s\s+\d+\s+ended without a recorded answer$`, lines[1])
 		assert.Regexp(t, `^acme\s+"key b"\s+`+b.ID+`\s`, lines[2])
 		assert.Equal(t, "2 keys in flight", lines[3])
 		assert.NotContains(t, stdout, "key-done")
@@ -206,7 +207,7 @@ func TestInFlight(t *testing.T) {
 		assert.WithinDuration(t, time.Now(), got[0].ClaimedAt, time.Minute)
 		assert.Equal(t, f.token(t, "", "key-a"), got[0].Token)
 		assert.True(t, got[0].Abandoned, "its send ended without an answer")
-		assert.Equal(t, "ended without answer", got[0].Send)
+		assert.Equal(t, "ended without a recorded answer", got[0].Send)
 		assert.Equal(t, "acme", got[1].Tenant)
 		assert.Equal(t, "key b", got[1].Key)
 	})
@@ -795,4 +796,24 @@ func TestPrune(t *testing.T) {
 		assert.Equal(t, exitUsage, code, "%q", args)
 		assert.Regexp(t, `^submissionsctl: prune: `, stderr)
 	}
+}
+
+// TestActionThatFailsExitsFour: a resolve or release whose store fails is
+// admin's Failed, exit code 4, not a refusal's 1; a lookup that fails stops
+// the command before it acts.
+func TestActionThatFailsExitsFour(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	err := resultError{admin.Result{Decision: admin.Failed, Message: "store failed: boom: the release may or may not stand", Next: "show the key"}}
+	assert.Equal(t, exitFailedAction, report(err, options{name: "submissionsctl"}, &stderr))
+	assert.Equal(t, "submissionsctl: store failed: boom: the release may or may not stand; next: show the key\n", stderr.String())
+	stderr.Reset()
+	assert.Equal(t, exitFailed, report(resultError{admin.Result{Decision: admin.Refused, Message: "no"}}, options{name: "x"}, &stderr))
+	assert.Empty(t, stdout.String())
+
+	f := setup(t)
+	f.leaveInFlight(t, "", "k1", newPayout(randomID()))
+	code, out, errOut := f.ctl(t, "", "--table", "ctl_never_made_"+randomID(), "release", "k1", "--yes")
+	assert.Equal(t, exitFailed, code, "the lookup failed: nothing was done unseen")
+	assert.Empty(t, out)
+	assert.NotContains(t, errOut, "released")
 }

@@ -29,10 +29,11 @@ import (
 
 // The exit codes.
 const (
-	exitOK       = 0
-	exitFailed   = 1
-	exitUsage    = 2
-	exitDeclined = 3
+	exitOK           = 0
+	exitFailed       = 1
+	exitUsage        = 2
+	exitDeclined     = 3
+	exitFailedAction = 4
 )
 
 // usageError is an error of the command line: exit code 2.
@@ -106,7 +107,7 @@ func WithOutcomeCheck(check func(outcome []byte) error) Option {
 // Run runs the command line args (without the program's name), reading
 // stdin and writing stdout and stderr, and returns the exit code: 0 done
 // (changed, or already so), 1 refused or failed, 2 a usage error, 3 a
-// release not confirmed. Errors go to stderr, one line each.
+// release not confirmed, 4 a resolve or release that failed (admin.Failed). Errors go to stderr, one line each.
 func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, opts ...Option) int {
 	o := options{name: "submissionsctl"}
 	for _, opt := range opts {
@@ -141,8 +142,10 @@ var commands = []command{
 
 const exitCodesHelp = `Exit codes:
   0  done: changed, or already as asked (the message says which)
-  1  refused, nothing changed (the message says why, and what to do next), or failed:
-     the database failed, and an action may or may not stand (show the key to know)
+  1  refused, nothing changed (the message says why, and what to do next), or
+     the command failed before acting (the database could not be reached or read)
+  4  resolve or release failed: the database failed or the command was stopped; the
+     message says whether the action may stand (show the key to know)
   2  usage error (unknown command or flag, missing argument, no database URL)
   3  declined: release was not confirmed; nothing changed
 `
@@ -151,7 +154,11 @@ const exitCodesHelp = `Exit codes:
 // stderr, one line each.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, o options) int {
 	e := &env{o: o, stdin: bufio.NewReader(stdin), stdout: stdout, stderr: stderr}
-	err := e.run(ctx, args)
+	return report(e.run(ctx, args), o, stderr)
+}
+
+// report writes err, a run's error, to stderr, and returns the exit code.
+func report(err error, o options, stderr io.Writer) int {
 	var usage usageError
 	switch {
 	case err == nil:
@@ -164,6 +171,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case errors.Is(err, errDeclined):
 		fmt.Fprintf(stderr, "%s: %v\n", o.name, err)
 		return exitDeclined
+	}
+	if re, ok := errors.AsType[resultError](err); ok && re.res.Decision == admin.Failed {
+		fmt.Fprintf(stderr, "%s: %s\n", o.name, oneLine(err.Error()))
+		return exitFailedAction
 	}
 	fmt.Fprintf(stderr, "%s: %s\n", o.name, oneLine(err.Error()))
 	return exitFailed

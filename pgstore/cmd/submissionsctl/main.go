@@ -43,7 +43,9 @@
 //
 //	0  done: changed, or already as asked (the message says which)
 //	1  refused, nothing changed (the message says why and what to do next),
-//	   or failed: the database failed, and an action may or may not stand
+//	   or the command failed before acting (the database could not be read)
+//	4  resolve or release failed: the database failed or the command was
+//	   stopped; the message says whether the action may stand
 //	2  usage: an unknown command or flag, a missing argument, no database URL
 //	3  declined: release was not confirmed; nothing changed
 //
