@@ -77,6 +77,14 @@
 // 8941 parameters (";name=value") are refused too: the draft defines none,
 // and ignoring them would make the bare keys "a;b" and "a;c" one key.
 //
+// # In one transaction
+//
+// InTx is a handler for a service whose work is a write in its own
+// database: the writes, the request's key and the response commit in one
+// transaction (pgstore.Submit runs it), and a retry gets the kept status
+// and body. A retry that comes while the first request's transaction is
+// still open waits for it to end, as long as its own request lasts.
+//
 // # Example
 //
 //	func withdraw(w http.ResponseWriter, r *http.Request) {

@@ -55,6 +55,16 @@ type Problem struct {
 	RetryAfter time.Duration `json:"-"`
 }
 
+// Error returns p's title and detail. It makes a *Problem an error, with
+// which a Writer of InTx refuses a request: the transaction rolls back, the
+// key included, and InTx writes p.
+func (p *Problem) Error() string {
+	if p.Detail == "" {
+		return p.Title
+	}
+	return p.Title + ": " + p.Detail
+}
+
 // FieldError is one field of a request that is not valid, as the errors
 // member of a problem lists it (the shape RFC 9457 shows).
 type FieldError struct {
@@ -217,6 +227,11 @@ func WriteJSON(w http.ResponseWriter, status int, v any, replayed bool) {
 		WriteProblem(w, problemInternal)
 		return
 	}
+	writeBody(w, status, body, replayed)
+}
+
+// writeBody writes body, JSON, as WriteJSON does.
+func writeBody(w http.ResponseWriter, status int, body []byte, replayed bool) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	if replayed {

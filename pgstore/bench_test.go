@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -377,4 +378,61 @@ func BenchmarkPostgresFreshMillion(b *testing.B) {
 		_, err := onEmpty.Submit(bg, key, x, send)
 		return err
 	})
+}
+
+// BenchmarkPostgresSubmitTx: pgstore.Submit, whose work records a sale and
+// adds it to its customer's total due in the claim's transaction, beside the
+// floor's one transaction of the same writes: BEGIN, a plain INSERT of the
+// key's row, the sale's INSERT, the customer's UPDATE, the UPDATE of the
+// key's outcome, COMMIT; with 1 and 8 callers, each caller its own customer.
+func BenchmarkPostgresSubmitTx(b *testing.B) {
+	for _, callers := range []int{1, 8} {
+		b.Run(fmt.Sprint("callers=", callers), func(b *testing.B) {
+			pool := testPool(b, int32(callers)+2)
+			st := newTestStore[w](b, pool)
+			floor := newFloor(newTestStore[w](b, pool).names.table)
+			sales, customers := testTable(b, pool), testTable(b, pool)
+			for _, sql := range []string{
+				`CREATE TABLE ` + sales + ` (id serial PRIMARY KEY, key text NOT NULL, amount numeric NOT NULL)`,
+				`CREATE TABLE ` + customers + ` (id int PRIMARY KEY, total_due numeric NOT NULL)`,
+				`INSERT INTO ` + customers + ` SELECT g, 0 FROM generate_series(0, ` + fmt.Sprint(callers) + `) g`,
+			} {
+				_, err := pool.Exec(bg, sql)
+				require.NoError(b, err)
+			}
+			insertSale := `INSERT INTO ` + sales + ` (key, amount) VALUES ($1, $2)`
+			updateDue := `UPDATE ` + customers + ` SET total_due = total_due + $2 WHERE id = $1`
+			sale := func(ctx context.Context, tx pgx.Tx, worker int, key string, x w) error {
+				if _, err := tx.Exec(ctx, insertSale, key, x.Amount); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, updateDue, worker, x.Amount)
+				return err
+			}
+			turns(b, callers, pool, func(worker, n int) error {
+				key, x := benchWithdrawal("L", worker, n)
+				_, _, err := Submit(bg, st, floorTenant, key, x, func(ctx context.Context, tx pgx.Tx, x w) (w, error) {
+					return sent(x, "0xtx"), sale(ctx, tx, worker, key, x)
+				})
+				return err
+			}, func(worker, n int) error {
+				key, x := benchWithdrawal("F", worker, n)
+				return pgx.BeginFunc(bg, pool, func(tx pgx.Tx) error {
+					var token int64
+					if err := tx.QueryRow(bg, floor.insert, floorTenant, key, x.ID, x.Amount, x.Currency, x.Dest).Scan(&token); err != nil {
+						return err
+					}
+					if err := sale(bg, tx, worker, key, x); err != nil {
+						return err
+					}
+					outcome, err := json.Marshal(sent(x, "0xtx"))
+					if err != nil {
+						return err
+					}
+					_, err = tx.Exec(bg, floor.update, floorTenant, key, token, outcome)
+					return err
+				})
+			})
+		})
+	}
 }

@@ -238,15 +238,22 @@ func (s *Store[R]) initGroups() {
 		}
 	}
 	s.settles.alone = func(ctx context.Context, q settleReq) (settled, error) {
-		var a settled
-		err := s.pool.QueryRow(ctx, s.sql.settle, q.tenant, q.key, int64(q.token), q.encoded).Scan(&a.fp.WithdrawalID, &a.fp.Amount, &a.fp.Currency, &a.fp.Destination, nil)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return a, nil
-		}
-		a.written = err == nil
+		a, err := s.settleOn(ctx, s.pool, q)
 		return a, s.translate(err)
 	}
 	s.settles.run = s.settleGroup
+}
+
+// settleOn makes the settle q alone, through qr: written false, and no
+// error, when it matched no row.
+func (s *Store[R]) settleOn(ctx context.Context, qr querier, q settleReq) (settled, error) {
+	var a settled
+	err := qr.QueryRow(ctx, s.sql.settle, q.tenant, q.key, int64(q.token), q.encoded).Scan(&a.fp.WithdrawalID, &a.fp.Amount, &a.fp.Currency, &a.fp.Destination, nil)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return a, nil
+	}
+	a.written = err == nil
+	return a, err
 }
 
 // unclaimTimeout bounds the release of a claim made for a caller who left.

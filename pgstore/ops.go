@@ -59,7 +59,7 @@ func (s *Store[R]) Claim(ctx context.Context, tenant, key string, fp driver.Fing
 		if i == 0 && s.grouped && outcome == nil {
 			token, err = s.claims.do(ctx, claimReq{tenant, key, fp})
 		} else {
-			err = s.translate(s.pool.QueryRow(ctx, s.sql.insert, tenant, key, fp.WithdrawalID, fp.Amount, fp.Currency, fp.Destination, encoded).Scan(&token))
+			token, err = s.insert(ctx, tenant, key, fp, encoded, outcome)
 		}
 		switch {
 		case err == nil:
@@ -80,7 +80,7 @@ func (s *Store[R]) Claim(ctx context.Context, tenant, key string, fp driver.Fing
 			}
 			continue // released meanwhile: try again
 		case errors.Is(err, errWithdrawalTaken):
-			rec, found, holder, pruned, herr := s.holder(ctx, tenant, key, fp.WithdrawalID)
+			rec, found, holder, pruned, herr := s.holder(ctx, s.pool, tenant, key, fp.WithdrawalID)
 			switch {
 			case herr != nil:
 				return driver.Record[R]{}, false, herr
@@ -99,17 +99,36 @@ func (s *Store[R]) Claim(ctx context.Context, tenant, key string, fp driver.Fing
 	return driver.Record[R]{}, false, fmt.Errorf("pgstore: claim request key %s: still contended after %d attempts: %w", key, attempts, err)
 }
 
-// holder reads tenant's record of key, if it has one, and otherwise the key
-// of tenant that holds withdrawalID ("" for none) and whether its record was
-// pruned, both at the same moment.
-func (s *Store[R]) holder(ctx context.Context, tenant, key, withdrawalID string) (rec driver.Record[R], found bool, holder string, holderPruned bool, err error) {
+// insert is Claim's INSERT of one row, with the Claimed hook in its
+// transaction when the Store has one.
+func (s *Store[R]) insert(ctx context.Context, tenant, key string, fp driver.Fingerprint, encoded []byte, outcome *R) (int64, error) {
+	var token int64
+	row := func(q querier) (driver.Record[R], bool, error) {
+		err := q.QueryRow(ctx, s.sql.insert, tenant, key, fp.WithdrawalID, fp.Amount, fp.Currency, fp.Destination, encoded).Scan(&token)
+		rec := driver.Record[R]{Fingerprint: fp, Done: outcome != nil, Token: driver.Token(token)}
+		if outcome != nil {
+			rec.Outcome = *outcome
+		}
+		return rec, err == nil, err
+	}
+	if s.hooks.Claimed == nil {
+		_, _, err := row(s.pool)
+		return token, s.translate(err)
+	}
+	return token, hooked(ctx, s, "Claimed", s.hooks.Claimed, tenant, key, func(tx pgx.Tx) (driver.Record[R], bool, error) { return row(tx) })
+}
+
+// holder reads tenant's record of key through q, if it has one, and
+// otherwise the key of tenant that holds withdrawalID ("" for none) and
+// whether its record was pruned, both at the same moment.
+func (s *Store[R]) holder(ctx context.Context, q querier, tenant, key, withdrawalID string) (rec driver.Record[R], found bool, holder string, holderPruned bool, err error) {
 	var (
 		token                          *int64
 		id, amount, currency, dest, by *string
 		outcome                        []byte
 		pruned, abandoned, byPruned    bool
 	)
-	if err := s.pool.QueryRow(ctx, s.sql.holder, tenant, key, withdrawalID).Scan(&token, &id, &amount, &currency, &dest, &outcome, &pruned, &abandoned, &by, &byPruned); err != nil {
+	if err := q.QueryRow(ctx, s.sql.holder, tenant, key, withdrawalID).Scan(&token, &id, &amount, &currency, &dest, &outcome, &pruned, &abandoned, &by, &byPruned); err != nil {
 		return rec, false, "", false, s.translate(err)
 	}
 	if token != nil {
@@ -173,10 +192,15 @@ func (s *Store[R]) Settle(ctx context.Context, tenant, key string, token driver.
 	}
 	q := settleReq{tenant, key, token, encoded}
 	var a settled
-	if s.grouped {
+	if s.hooks.Settled != nil {
+		err = hooked(ctx, s, "Settled", s.hooks.Settled, tenant, key, func(tx pgx.Tx) (driver.Record[R], bool, error) {
+			a, err = s.settleOn(ctx, tx, q)
+			return driver.Record[R]{Fingerprint: a.fp, Outcome: outcome, Done: true, Token: token}, a.written, err
+		})
+	} else if s.grouped {
 		a, err = s.settles.do(ctx, q)
 	}
-	if !s.grouped || errors.Is(err, errAlone) {
+	if s.hooks.Settled == nil && (!s.grouped || errors.Is(err, errAlone)) {
 		a, err = s.settles.alone(ctx, q)
 	}
 	switch {
@@ -194,15 +218,35 @@ func (s *Store[R]) Settle(ctx context.Context, tenant, key string, token driver.
 // nothing, a read tells why: the claim is done (its record, released false)
 // or gone (the zero Record).
 func (s *Store[R]) Release(ctx context.Context, tenant, key string, token driver.Token) (driver.Record[R], bool, error) {
-	var fp driver.Fingerprint
-	var abandoned bool
-	err := s.pool.QueryRow(ctx, s.sql.release, tenant, key, int64(token)).Scan(&fp.WithdrawalID, &fp.Amount, &fp.Currency, &fp.Destination, &abandoned, nil)
+	release := func(q querier) (driver.Record[R], bool, error) {
+		rec := driver.Record[R]{Token: token}
+		fp := &rec.Fingerprint
+		err := q.QueryRow(ctx, s.sql.release, tenant, key, int64(token)).Scan(&fp.WithdrawalID, &fp.Amount, &fp.Currency, &fp.Destination, &rec.Abandoned, nil)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return driver.Record[R]{}, false, nil
+		}
+		return rec, err == nil, err
+	}
+	var (
+		rec      driver.Record[R]
+		released bool
+		err      error
+	)
+	if s.hooks.Released == nil {
+		rec, released, err = release(s.pool)
+		err = s.translate(err)
+	} else {
+		err = hooked(ctx, s, "Released", s.hooks.Released, tenant, key, func(tx pgx.Tx) (driver.Record[R], bool, error) {
+			rec, released, err = release(tx)
+			return rec, released, err
+		})
+	}
 	switch {
-	case err == nil:
+	case err != nil:
+		return driver.Record[R]{}, false, err
+	case released:
 		s.recent.forget(tenant, key) // its next claim is most likely a fresh one
-		return driver.Record[R]{Fingerprint: fp, Token: token, Abandoned: abandoned}, true, nil
-	case !errors.Is(err, pgx.ErrNoRows):
-		return driver.Record[R]{}, false, s.translate(err)
+		return rec, true, nil
 	}
 	return s.claimDone(ctx, tenant, key, token)
 }

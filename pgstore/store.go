@@ -27,6 +27,12 @@
 // INSERT, SELECT, UPDATE and DELETE over unique constraints; Migrate and
 // WaitClaim's listener alone use advisory locks, and WaitClaim LISTEN.
 //
+// When the work is a write in the same database, SubmitTx claims the key,
+// runs the work and records its answer in the caller's transaction, and
+// Submit does so in a transaction of its own: all of it commits or none
+// does. WithHooks makes a Store run the service's own writes in the
+// transaction of each claim, settle and release, for a send to a rail.
+//
 // The table holds every tenant id, key, withdrawal id, destination and amount
 // the ledger accepts, up to its limits (driver.MaxTenantLen, driver.MaxKeyLen
 // and the others), on a database whose encoding is UTF8.
@@ -72,12 +78,14 @@ type Store[R any] struct {
 	grouped  bool            // fresh claims and settles are made in groups
 	claims   group[claimReq, int64]
 	settles  group[settleReq, settled]
+	hooks    Hooks[R] // the service's writes in each change's transaction
 }
 
 // statements are the store's SQL, for its table.
 type statements struct {
 	insert, lookup, claimedBy, settle, release, abandon, holder, prune string
 	insertGroup, settleGroup                                           string // grouped claims' and settles'
+	insertTx, settleTx, dropTx                                         string // SubmitTx's, in its caller's transaction
 	channel, relock                                                    string // the wait listener's
 	lock, upToDate                                                     string // Migrate's
 }
@@ -116,6 +124,7 @@ type options struct {
 	codec  Codec
 	listen *pgx.ConnConfig
 	alone  bool
+	hooks  any // a Hooks of the Store's R, or nil
 }
 
 type optionFunc func(*options)
@@ -174,6 +183,14 @@ func New[R any](pool *pgxpool.Pool, opts ...Option) (*Store[R], error) {
 		return nil, errors.New("pgstore: nil codec")
 	}
 	st := &Store[R]{pool: pool, codec: o.codec, names: n, schema: n.ddl(), sql: sqlFor(n), grouped: !o.alone}
+	if o.hooks != nil {
+		h, ok := o.hooks.(Hooks[R])
+		if !ok {
+			return nil, fmt.Errorf("pgstore: WithHooks of %T for a Store of %T outcomes", o.hooks, *new(R))
+		}
+		st.hooks = h
+		st.grouped = st.grouped && h.Claimed == nil && h.Settled == nil
+	}
 	if o.listen != nil {
 		st.listener = o.listen.Copy()
 	}
@@ -281,6 +298,18 @@ RETURNING claim_id`,
 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
 ON CONFLICT DO NOTHING
 RETURNING tenant, request_key, claim_id`,
+		// A claim in its caller's transaction: a key or withdrawal taken
+		// comes back as no row, after the transaction that took it ends,
+		// and leaves the transaction usable.
+		insertTx: `INSERT INTO ` + table + ` (tenant, request_key, ` + fpCols + `)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT DO NOTHING
+RETURNING claim_id`,
+		// Nobody waits for a claim that its transaction has not committed:
+		// no notification.
+		settleTx: `UPDATE ` + table + ` SET outcome = $4, settled_at = now()
+WHERE tenant = $1 AND request_key = $2 AND claim_id = $3 AND outcome IS NULL`,
+		dropTx:    `DELETE FROM ` + table + ` WHERE tenant = $1 AND request_key = $2 AND claim_id = $3 AND outcome IS NULL`,
 		lookup:    `SELECT ` + cols + ` FROM ` + table + ` WHERE tenant = $1 AND request_key = $2`,
 		claimedBy: `SELECT request_key FROM ` + table + ` WHERE tenant = $1 AND withdrawal_id = $2`,
 		// After a claim lost on the withdrawal: the key's row and the

@@ -269,6 +269,6 @@ func TestAMissingTableSaysToCallMigrate(t *testing.T) {
 	check("Settle", err)
 	_, _, err = st.Release(bg, "", "req-1", 1)
 	check("Store.Release", err)
-	_, _, _, _, err = st.holder(bg, "", "req-1", "w-1")
+	_, _, _, _, err = st.holder(bg, st.pool, "", "req-1", "w-1")
 	check("the lost-claim read", err)
 }

@@ -35,7 +35,7 @@ func TestClaimTokens(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	assert.Equal(t, first, found)
-	rec, found2, holder, _, err := st.holder(bg, "", "req-1", x.ID)
+	rec, found2, holder, _, err := st.holder(bg, st.pool, "", "req-1", x.ID)
 	require.NoError(t, err)
 	assert.True(t, found2)
 	assert.Empty(t, holder)

@@ -67,20 +67,13 @@ func (l *Ledger[R]) submit(ctx context.Context, tenant, key string, req R, read 
 	case snd != nil:
 		out, err := l.sendAndRecord(ctx, tenant, key, snd, &fp, &given, req, send)
 		return out, false, err
-	case rec.Pruned:
-		err = prunedKey(key)
-		l.report(ctx, tenant, observe.EventConflict, key, fp.WithdrawalID, 0, err)
-		return zero, false, err
-	case Differing(&rec.Fingerprint, &given) != 0:
-		err = keyTaken(key)
-		l.report(ctx, tenant, observe.EventConflict, key, fp.WithdrawalID, 0, err)
-		return zero, false, err
-	case !rec.Done:
-		err = inFlight(key)
-		if rec.Abandoned {
-			err = abandoned(key)
+	}
+	if err := replayable(key, &given, &rec); err != nil {
+		kind := observe.EventConflict
+		if errors.Is(err, ErrSubmissionInFlight) {
+			kind = observe.EventInFlight
 		}
-		l.report(ctx, tenant, observe.EventInFlight, key, fp.WithdrawalID, 0, err)
+		l.report(ctx, tenant, kind, key, fp.WithdrawalID, 0, err)
 		return zero, false, err
 	}
 	l.report(ctx, tenant, observe.EventReplayed, key, fp.WithdrawalID, 0, nil)

@@ -1,0 +1,115 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/idemledger/submissions/driver"
+)
+
+// A Tx writes one request key's claim and outcome in a transaction that its
+// caller owns, for SubmitTx: nothing it writes is seen by anyone else until
+// that transaction commits, and none of it stands if it rolls back.
+type Tx[R any] interface {
+	// Claim is driver.Store.Claim of key in flight, in the transaction: a
+	// claim that another transaction holds still open is waited for until
+	// that transaction ends.
+	Claim(ctx context.Context, tenant, key string, fp driver.Fingerprint) (rec driver.Record[R], claimed bool, err error)
+	// Settle records outcome on the claim token that Claim made in the
+	// transaction.
+	Settle(ctx context.Context, tenant, key string, token driver.Token, outcome R) error
+	// Drop deletes the claim token that Claim made in the transaction, so
+	// that the transaction, even if committed, leaves no claim in flight.
+	Drop(ctx context.Context, tenant, key string, token driver.Token) error
+}
+
+// SubmitTx is Submit with work in place of send, in tx: the key's claim,
+// work's own writes (work is given the same transaction by its caller) and
+// the outcome are written in one transaction, and stand or fall with it. A
+// key that has a record is answered as Submit answers it (a replay, or the
+// refusal), and work is not called. An error of work, a panic, or an answer
+// for another withdrawal drops the claim before the error (or the panic)
+// goes on, as does a failure to record the outcome, so that no claim in
+// flight outlives the transaction; its caller must roll it back, which
+// undoes work's writes.
+func SubmitTx[R driver.Fingerprinter](ctx context.Context, tx Tx[R], tenant, key string, req R,
+	work func(ctx context.Context, req R) (R, error)) (out R, replayed bool, err error) {
+	var zero R
+	if err := ValidateTenant(tenant); err != nil {
+		return zero, false, err
+	}
+	if key, err = begin(ctx, key); err != nil {
+		return zero, false, err
+	}
+	if nilable[R]() && isNil(req) {
+		return zero, false, errNilRequest(req)
+	}
+	given := req.Fingerprint()
+	fp, err := given.Canonical()
+	if err != nil {
+		return zero, false, err
+	}
+	rec, claimed, err := tx.Claim(ctx, tenant, key, fp)
+	switch {
+	case err != nil:
+		return zero, false, storeFailed("request key "+key, "claim", err)
+	case !claimed:
+		if err := replayable(key, &given, &rec); err != nil {
+			return zero, false, err
+		}
+		return rec.Outcome, true, nil
+	}
+	// Until the outcome is written, the claim is deleted on the way out, even
+	// when ctx has ended (work may have given up without a failed statement)
+	// or work panicked (the panic goes on): a transaction committed after a
+	// failure leaves no claim in flight.
+	settled := false
+	defer func() {
+		if !settled {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
+			defer cancel()
+			_ = tx.Drop(dctx, tenant, key, rec.Token) // fails only in a transaction that cannot commit
+		}
+	}()
+	out = req
+	if work != nil {
+		out, err = work(ctx, req)
+	}
+	switch {
+	case err == nil && nilable[R]() && isNil(out):
+		err = fmt.Errorf("request key %s: %w", key, errNilAnswer)
+	case err != nil:
+		err = fmt.Errorf("request key %s: %w", key, err)
+	default:
+		if got := out.Fingerprint(); got != given {
+			if fields := Differing(&fp, &got); fields != 0 {
+				err = fmt.Errorf("%w: request key %s: answer differs in %s", ErrOutcomeNotRecorded, key, fieldNames(fields))
+			}
+		}
+	}
+	if err != nil {
+		return zero, false, err
+	}
+	if err := tx.Settle(ctx, tenant, key, rec.Token, out); err != nil {
+		return zero, false, storeFailed("request key "+key, "record the outcome", err)
+	}
+	settled = true
+	return out, false, nil
+}
+
+// replayable returns nil when rec, the record a claim of key for given
+// found, holds the outcome to replay, and otherwise the refusal: the key
+// was pruned, is another withdrawal's, or is in flight.
+func replayable[R any](key string, given *driver.Fingerprint, rec *driver.Record[R]) error {
+	switch {
+	case rec.Pruned:
+		return prunedKey(key)
+	case Differing(&rec.Fingerprint, given) != 0:
+		return keyTaken(key)
+	case rec.Abandoned && !rec.Done:
+		return abandoned(key)
+	case !rec.Done:
+		return inFlight(key)
+	}
+	return nil
+}

@@ -1,0 +1,61 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemledger/submissions/driver"
+)
+
+// Hooks are a service's own writes, made in the transaction of each change
+// that a Store makes to a claim, so that the service's rows and the ledger
+// commit together or not at all: a withdrawal "approved" becomes "sending"
+// in the claim's transaction, "sent" in the outcome's, and "approved" again
+// in the release's. The send itself runs outside any transaction, as it
+// does without hooks. A nil hook is skipped.
+//
+// A hook that returns an error or panics rolls the change back, and the
+// ledger call fails as it does when the store fails at that step, its error
+// wrapping the hook's (a panic goes on): a claim's is ErrStoreFailed, and
+// nothing is sent; a send's outcome's is ErrOutcomeNotRecorded, the answer
+// returned and the key left in flight, its rows as the claim left them; a
+// Resolve's or Release's is ErrStoreFailed. A hook runs for every ledger and operator tool on a
+// Store made with it, and only for them: a Store made without the hooks
+// over the same table changes claims without them.
+type Hooks[R any] struct {
+	// Claimed runs after a claim's row is inserted: rec is in flight, for a
+	// send, or done with its outcome, for a Resolve of an unknown key.
+	Claimed func(ctx context.Context, tx pgx.Tx, tenant, key string, rec driver.Record[R]) error
+	// Settled runs after an outcome is written on a claim in flight: by its
+	// send, or by a Resolve.
+	Settled func(ctx context.Context, tx pgx.Tx, tenant, key string, rec driver.Record[R]) error
+	// Released runs after a claim in flight is deleted: its send moved
+	// nothing, or an operator released it.
+	Released func(ctx context.Context, tx pgx.Tx, tenant, key string, rec driver.Record[R]) error
+}
+
+// WithHooks makes the Store run h in the transaction of each claim, settle
+// and release. R must be the Store's outcome type; New refuses another. A
+// Store with any hook makes each claim and settle alone (see
+// WithoutGrouping), a transaction of its own.
+func WithHooks[R any](h Hooks[R]) Option {
+	return optionFunc(func(o *options) { o.hooks = h })
+}
+
+// hooked reports whether s runs hook, and then runs write and hook in one
+// transaction on s's pool; write's error is translated, hook's named.
+func hooked[R any](ctx context.Context, s *Store[R], name string, hook func(context.Context, pgx.Tx, string, string, driver.Record[R]) error,
+	tenant, key string, write func(tx pgx.Tx) (driver.Record[R], bool, error)) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rec, changed, err := write(tx)
+		if err != nil || !changed {
+			return s.translate(err)
+		}
+		if err := hook(ctx, tx, tenant, key, rec); err != nil {
+			return fmt.Errorf("pgstore: hook %s: %w", name, err)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,159 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemledger/submissions/driver"
+	"github.com/idemledger/submissions/internal/engine"
+)
+
+// SubmitTx is a submit whose work is a write in s's database, made in tx,
+// the caller's transaction: the claim of key and of req's withdrawal, work's
+// own writes (work gets tx) and work's answer as the key's outcome are all
+// written in tx, and commit or roll back with it. It returns the outcome,
+// and whether it was replayed: recorded before, by a transaction that
+// committed, or by Submit.
+//
+// The claim is an INSERT ... ON CONFLICT DO NOTHING in tx: when another
+// transaction holds the key or the withdrawal, still open, it waits for that
+// transaction to end (or for ctx). A key that has a record is answered as
+// Submit answers it, work not called: the outcome replayed, or
+// ErrIdempotencyConflict, ErrSubmissionInFlight, ErrPruned; a withdrawal
+// another key holds is a *ConflictError. None of these is a failed
+// statement: tx stays usable. Bad input gets Submit's errors, nothing
+// written.
+//
+// When work returns an error, panics or answers for another withdrawal, the
+// claim is deleted from tx before the error (or the panic) goes on; the
+// caller must roll tx back, which undoes work's writes. Any error leaves tx
+// to be rolled back. tx must be READ COMMITTED (PostgreSQL's default): in a
+// stricter one, a claim committed by another transaction after tx began is
+// a serialization failure (SQLSTATE 40001) that aborts tx. A nil tx, or one
+// that has ended or is aborted, is an error, and nothing is claimed.
+func SubmitTx[R driver.Fingerprinter](ctx context.Context, s *Store[R], tx pgx.Tx, tenant, key string, req R,
+	work func(ctx context.Context, tx pgx.Tx, req R) (R, error)) (out R, replayed bool, err error) {
+	switch {
+	case s == nil:
+		return out, false, errors.New("pgstore: nil Store")
+	case isNilTx(tx):
+		return out, false, errors.New("pgstore: nil transaction")
+	}
+	var w func(context.Context, R) (R, error)
+	if work != nil {
+		w = func(ctx context.Context, req R) (R, error) { return work(ctx, tx, req) }
+	}
+	return engine.SubmitTx(ctx, inTx[R]{s, tx}, tenant, key, req, w)
+}
+
+// Submit is SubmitTx in a transaction of its own on s's pool: it begins
+// one, runs SubmitTx in it and commits it, or rolls it back on any error.
+// A commit that fails is ErrStoreFailed, and may have committed or not: a
+// retry under the same key gets the outcome, or does the work.
+func Submit[R driver.Fingerprinter](ctx context.Context, s *Store[R], tenant, key string, req R,
+	work func(ctx context.Context, tx pgx.Tx, req R) (R, error)) (out R, replayed bool, err error) {
+	if s == nil {
+		return out, false, errors.New("pgstore: nil Store")
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return out, false, cerr
+		}
+		return out, false, fmt.Errorf("%w: begin a transaction: %w", driver.ErrStoreFailed, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx)) // on the pool's connection, which it frees
+		}
+	}()
+	var zero R
+	if out, replayed, err = SubmitTx(ctx, s, tx, tenant, key, req, work); err != nil {
+		return zero, false, err
+	}
+	if err = tx.Commit(ctx); err != nil {
+		return zero, false, fmt.Errorf("%w: commit: %w", driver.ErrStoreFailed, err)
+	}
+	return out, replayed, nil
+}
+
+// isNilTx reports a nil tx, or an interface holding a nil pointer.
+func isNilTx(tx pgx.Tx) bool {
+	if tx == nil {
+		return true
+	}
+	v := reflect.ValueOf(tx)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+// inTx is a Store's claims in one transaction of its caller's.
+type inTx[R any] struct {
+	s  *Store[R]
+	tx pgx.Tx
+}
+
+// Claim inserts tenant's row of key in flight, unless a row has its key or
+// withdrawal, which waits for the transaction that wrote it; then it reads
+// the key's record and the withdrawal's holder as Store.Claim does.
+func (c inTx[R]) Claim(ctx context.Context, tenant, key string, fp driver.Fingerprint) (driver.Record[R], bool, error) {
+	for range attempts {
+		var token int64
+		err := c.tx.QueryRow(ctx, c.s.sql.insertTx, tenant, key, fp.WithdrawalID, fp.Amount, fp.Currency, fp.Destination).Scan(&token)
+		switch {
+		case err == nil:
+			return driver.Record[R]{Fingerprint: fp, Token: driver.Token(token)}, true, nil
+		case !errors.Is(err, pgx.ErrNoRows):
+			return driver.Record[R]{}, false, txFailed(c.s.translate(err))
+		}
+		rec, found, holder, pruned, err := c.s.holder(ctx, c.tx, tenant, key, fp.WithdrawalID)
+		switch {
+		case err != nil:
+			return driver.Record[R]{}, false, txFailed(err)
+		case found:
+			return rec, false, nil
+		case holder != "" && holder != key:
+			return driver.Record[R]{}, false, &driver.ConflictError{Tenant: tenant, Holder: holder, Key: key, WithdrawalID: fp.WithdrawalID, Pruned: pruned}
+		}
+		// released meanwhile: try again
+	}
+	return driver.Record[R]{}, false, fmt.Errorf("pgstore: claim request key %s: still contended after %d attempts", key, attempts)
+}
+
+// Settle writes outcome on the row of token that Claim inserted.
+func (c inTx[R]) Settle(ctx context.Context, tenant, key string, token driver.Token, outcome R) error {
+	encoded, err := c.s.encode(key, outcome)
+	if err != nil {
+		return err
+	}
+	tag, err := c.tx.Exec(ctx, c.s.sql.settleTx, tenant, key, int64(token), encoded)
+	switch {
+	case err != nil:
+		return txFailed(c.s.translate(err))
+	case tag.RowsAffected() != 1:
+		return fmt.Errorf("pgstore: request key %s: the claim made in this transaction is no longer in flight", key)
+	}
+	return nil
+}
+
+// Drop deletes the row of token that Claim inserted.
+func (c inTx[R]) Drop(ctx context.Context, tenant, key string, token driver.Token) error {
+	_, err := c.tx.Exec(ctx, c.s.sql.dropTx, tenant, key, int64(token))
+	return err
+}
+
+// txFailed names the errors of a caller's transaction that cannot take a
+// statement: one that has ended, and one that an earlier error aborted.
+func txFailed(err error) error {
+	if errors.Is(err, pgx.ErrTxClosed) {
+		return fmt.Errorf("pgstore: the transaction has been committed or rolled back: %w", err)
+	}
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "25P02" {
+		return fmt.Errorf("pgstore: the transaction is aborted by an earlier error: roll it back: %w", err)
+	}
+	return err
+}
