@@ -21,9 +21,11 @@ import (
 // wrapping the hook's (a panic goes on): a claim's is ErrStoreFailed, and
 // nothing is sent; a send's outcome's is ErrOutcomeNotRecorded, the answer
 // returned and the key left in flight, its rows as the claim left them; a
-// Resolve's or Release's is ErrStoreFailed. A hook runs for every ledger and operator tool on a
-// Store made with it, and only for them: a Store made without the hooks
-// over the same table changes claims without them.
+// Resolve's or Release's is ErrStoreFailed. A hook runs for every ledger and
+// operator tool on a Store made with it, and only for them: a Store made
+// without the hooks over the same table changes claims without them. SubmitTx
+// and Submit run no hook: their work is the service's writes, in the same
+// transaction already.
 type Hooks[R any] struct {
 	// Claimed runs after a claim's row is inserted: rec is in flight, for a
 	// send, or done with its outcome, for a Resolve of an unknown key.
@@ -38,14 +40,15 @@ type Hooks[R any] struct {
 
 // WithHooks makes the Store run h in the transaction of each claim, settle
 // and release. R must be the Store's outcome type; New refuses another. A
-// Store with any hook makes each claim and settle alone (see
-// WithoutGrouping), a transaction of its own.
+// Store with a Claimed or Settled hook makes each claim and each settle
+// alone (see WithoutGrouping), in a transaction of its own.
 func WithHooks[R any](h Hooks[R]) Option {
 	return optionFunc(func(o *options) { o.hooks = h })
 }
 
-// hooked reports whether s runs hook, and then runs write and hook in one
-// transaction on s's pool; write's error is translated, hook's named.
+// hooked runs write and then, if write changed a row, hook, in one
+// transaction on s's pool, and commits it; write's error is translated,
+// hook's named.
 func hooked[R any](ctx context.Context, s *Store[R], name string, hook func(context.Context, pgx.Tx, string, string, driver.Record[R]) error,
 	tenant, key string, write func(tx pgx.Tx) (driver.Record[R], bool, error)) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {

@@ -126,7 +126,7 @@ func (s *server) adminResolve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res := s.admin().Resolve(r.Context(), t, out)
-	if res.OK() {
+	if res.OK() && !s.statesInTx { // on PostgreSQL, the outcome's transaction stored it
 		if kept, found, err := s.withdrawals.get(r.Context(), res.Claim.Tenant, res.Claim.Fingerprint.WithdrawalID); err == nil && found {
 			s.keep(r.Context(), res.Claim.Tenant, kept, out)
 		}

@@ -288,8 +288,9 @@ func TestGetAfterPrune(t *testing.T) {
 		assert.Equal(t, wantResolved, do(t, "GET", a.url+"/withdrawals/"+resolved, "-", "-", "").withdrawal(t).Withdrawal,
 			"the withdrawal as created, with the operator's outcome: before the prune as after it")
 
-		// Resolved past payoutd (as submissionsctl does): kept once a GET
-		// reads it, and unknown if the ledger prunes it first.
+		// Resolved past payoutd's API, through the library: in memory kept
+		// once a GET reads it, and unknown if the ledger prunes it first; on
+		// PostgreSQL stored by the Resolve's own transaction (the hooks).
 		ledger := a.srv.ledger.Tenant("")
 		outside := create(t, a, "")
 		wantOutside := Withdrawal{ID: outside, Amount: "25.00", Currency: "USDC", Destination: "0xdest", State: stateSent, Tx: "tx_outside"}
@@ -303,8 +304,12 @@ func TestGetAfterPrune(t *testing.T) {
 		require.Equal(t, http.StatusOK, res.status, "%s", res.body)
 		require.Contains(t, string(res.body), `"pruned":5`)
 
+		wantUnread := Withdrawal{ID: unread, Amount: "25.00", Currency: "USDC", Destination: "0xdest", State: stateUnknown}
+		if db != "" { // the Resolve's transaction stored its state: never unknown
+			wantUnread.State, wantUnread.Tx = stateSent, "tx_unread"
+		}
 		for key, want := range map[string]Withdrawal{"k-sent": wantSent, "k-declined": wantDeclined, "k-resolved": wantResolved,
-			"k-outside": wantOutside, "k-unread": {ID: unread, Amount: "25.00", Currency: "USDC", Destination: "0xdest", State: stateUnknown}} {
+			"k-outside": wantOutside, "k-unread": wantUnread} {
 			got := do(t, "GET", a.url+"/withdrawals/"+want.ID, "-", "-", "").withdrawal(t)
 			assert.Equal(t, want, got.Withdrawal, key)
 			assert.Equal(t, ptr(key), got.ClaimedBy, key)

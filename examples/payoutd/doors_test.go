@@ -200,8 +200,8 @@ func claimOnly(t *testing.T, d doorSetup, key string, w Withdrawal) driver.Token
 func TestOperatorDoorsDecideAndSayAlike(t *testing.T) {
 	db := testDatabase(t)
 	a := serve(t, db, newRail(0, 0, 0, 0, 0), 10*time.Second)
-	store, err := pgstore.New[Withdrawal](testPool(t, db))
-	require.NoError(t, err)
+	store := a.srv.store.(*pgstore.Store[Withdrawal]) // the server's: with its hooks, as every payoutd's
+	pool := testPool(t, db)
 	doors := []struct {
 		name string
 		act  func(t *testing.T, c doorCase, tenant, key string, token driver.Token, out Withdrawal) doorAnswer
@@ -277,8 +277,11 @@ func TestOperatorDoorsDecideAndSayAlike(t *testing.T) {
 				tenant := fmt.Sprintf("t%d-%s", i, strings.ReplaceAll(d.name, " ", "-"))
 				s := a.srv.ledger.Tenant(tenant)
 				key := "pay-7"
-				w := Withdrawal{ID: "wd_7", Amount: "25.00", Currency: "EUR", Destination: "DE89", State: stateApproved}
+				id := "wd_7_" + strings.ReplaceAll(tenant, "-", "_") // ids are global
+				w := Withdrawal{ID: id, Amount: "25.00", Currency: "EUR", Destination: "DE89", State: stateApproved}
+				require.NoError(t, a.srv.withdrawals.create(t.Context(), tenant, w))
 				cur := c.setup(t, doorSetup{tenant: tenant, s: s, store: store}, key, w)
+				agree(t, pool, tenant, w.ID)
 				if c.key != "" {
 					key = c.key
 				}
@@ -292,6 +295,13 @@ func TestOperatorDoorsDecideAndSayAlike(t *testing.T) {
 				}
 				got := d.act(t, c, tenant, key, token, out)
 				assert.Equal(t, c.ok, got.ok, "%s: done", d.name)
+				state := agree(t, pool, tenant, w.ID)
+				if got.ok && c.action == "release" && cur != 0 {
+					assert.Equal(t, stateApproved, state, "%s: released, approved again", d.name)
+				}
+				if got.ok && c.action == "resolve" {
+					assert.Equal(t, out.State, state, "%s: resolved, in the outcome's state", d.name)
+				}
 				switch d.name {
 				case "http":
 					assert.Equal(t, c.status, got.code, "%s: status", d.name)
@@ -300,7 +310,7 @@ func TestOperatorDoorsDecideAndSayAlike(t *testing.T) {
 				}
 				want := strings.NewReplacer("KEY", regexp.QuoteMeta(strings.TrimSpace(key)), "TENANT", `tenant "`+tenant+`"`, "token N", `token \d+`, "not N", `not \d+`).Replace(c.message)
 				assert.Regexp(t, want, got.message, "%s: words", d.name)
-				said[d.name] = strings.ReplaceAll(tokens.ReplaceAllString(got.message, "token N"), tenant, "TENANT")
+				said[d.name] = strings.ReplaceAll(strings.ReplaceAll(tokens.ReplaceAllString(got.message, "token N"), w.ID, "WD"), tenant, "TENANT")
 			}
 			assert.Equal(t, said["library"], said["http"], "the library and the admin API say the same")
 			assert.Equal(t, said["library"], said["command line"], "the library and the command line say the same")
@@ -316,6 +326,7 @@ func TestOperatorDoorsListAlike(t *testing.T) {
 	a := serve(t, db, newRail(0, 0, 0, 0, 0), 10*time.Second)
 	for i, tenant := range []string{"", "acme", "acme"} {
 		w := Withdrawal{ID: fmt.Sprintf("wd_%d", i), Amount: "25", Currency: "EUR", Destination: "DE89", State: stateApproved}
+		require.NoError(t, a.srv.withdrawals.create(t.Context(), tenant, w))
 		abandoned(t, doorSetup{tenant: tenant, s: a.srv.ledger.Tenant(tenant)}, fmt.Sprintf("k%d", i), w)
 	}
 	type listed struct{ Tenant, Key, Send string }

@@ -29,6 +29,12 @@
 //	                     claimed for an operator
 //	-rail-timeout-share  share of sends, 0 to 1, that move money but never
 //	                     answer: a 502 at -send-timeout, the key left claimed
+//	-rail-log            a file the fake rail keeps its record in (default
+//	                     none: in memory): each send it takes, appended as a
+//	                     JSON line and synced to disk before it answers, and
+//	                     read back at start, so that its transfers (and
+//	                     its deduplication, and GET /rail/sends) outlive the
+//	                     process, as a real rail's do; one process a file
 //
 // The four shares together are at most 1; the rest of the sends move the
 // money and answer. The fake rail deduplicates like most payment service
@@ -41,11 +47,26 @@
 // processes, a retry that lands on another one moves the money again (a real
 // rail is one, shared by all).
 //
-// With -database-url, payoutd creates the ledger's table (pgstore.Migrate) and
-// its own table of withdrawals, payoutd_withdrawals, in the connection's
-// current schema, if they do not exist, and adds the columns of a
-// withdrawal's state (state, tx, failure_reason) to a table made by an older
-// payoutd: safe from every process at once.
+// With -database-url, payoutd creates the ledger's table (pgstore.Migrate),
+// the table of the keys of POST /withdrawals, payoutd_create_keys (another
+// pgstore table), and its own table of withdrawals, payoutd_withdrawals, in
+// the connection's current schema, if they do not exist, and adds the
+// columns of a withdrawal's state (state, tx, failure_reason) to a table made
+// by an older payoutd: safe from every process at once. A withdrawal's
+// stored state moves with its key's claim, in the same transaction as the
+// ledger's change (pgstore.WithHooks): "approved" -> "sending" with the
+// claim, "sending" -> "sent" or "failed" with the outcome, "sending" ->
+// "approved" with a release (the rail said nothing moved, or an operator
+// released it). So "sending" is stored exactly while the ledger has a claim
+// in flight for the withdrawal, and "sent" or "failed" exactly when it has
+// the outcome, whatever process crashes when. The rail is called between
+// those transactions, in none. A change that would find the withdrawal in
+// another state than it expects is refused, and the ledger's change with
+// it (a 503 store-unavailable for a submit). At start payoutd brings the
+// states left by a payoutd from before this in line with the ledger: stop
+// the older processes before starting this one on their database. (In
+// memory, payoutd stores a withdrawal's outcome once it sees it, and the
+// ledger alone knows a claim in flight.)
 // SIGINT or SIGTERM stops it gracefully: it stops accepting connections and
 // lets the requests in flight, and their sends, finish (for at most
 // -send-timeout and five seconds).
@@ -72,13 +93,24 @@
 //
 // POST /withdrawals with {"amount": "25.00", "currency": "USDC",
 // "destination": "0xab..."} creates a withdrawal: 201 and {"id", "amount",
-// "currency", "destination", "state": "approved"}. The id ("wd_" and 32 hex
-// digits) is the server's, random, never the client's: the ledger's claim is
-// only as strong as the id. It takes no Idempotency-Key: each call creates
-// a withdrawal. Malformed JSON is a 400; a missing or invalid amount,
-// currency or destination (or one that is not a JSON string) a 422
-// invalid-fingerprint whose errors member lists every field at fault at
-// once: [{"pointer": "#/amount", "detail": "is missing"}, ...].
+// "currency", "destination", "state": "approved"}, with Location. The id
+// ("wd_" and 32 hex digits) is the server's, random, never the client's: the
+// ledger's claim is only as strong as the id. Malformed JSON is a 400; a
+// missing or invalid amount, currency or destination (or one that is not a
+// JSON string) a 422 invalid-fingerprint whose errors member lists every
+// field at fault at once: [{"pointer": "#/amount", "detail": "is missing"},
+// ...]. With an Idempotency-Key (idemhttp.InTx), the key and the withdrawal
+// are written in one transaction (in memory, one submit of a ledger of the
+// create keys'): a repeat of the request, however concurrent, gets the first
+// 201, the same withdrawal and body, with Idempotent-Replayed: true (a
+// repeat that comes while the first is being written waits for it); the
+// same key with another body (compared as JSON) is a 422 key-reused, and
+// creates nothing. The body is checked before the key is used: a body
+// refused with 400 or 422 leaves the key unused, and the key with a good
+// body then creates. An invalid key is a 400. The create keys are apart
+// from the submit keys below, and per tenant. Without an Idempotency-Key,
+// as before, each call creates a withdrawal: a client that may retry a
+// create must send one.
 //
 // POST /withdrawals/{id}/submit with an Idempotency-Key header sends the
 // withdrawal: 201 and the withdrawal with "state": "sent" and "tx", the
@@ -112,8 +144,7 @@
 //
 // A request refused with 400, 404 or 413, or with the 409 that names
 // another key as holder, claims nothing: its key stays unused, and a good
-// request under it later sends (a create refused with 422 uses no key at
-// all). The other 409s, the 410 and the 422 find the key claimed already,
+// request under it later sends (a create's keys are another set). The other 409s, the 410 and the 422 find the key claimed already,
 // and leave it as it is.
 //
 // 502 when the rail failed or did not answer in time: money may have
@@ -135,13 +166,16 @@
 // "failed" (with "failure_reason"). payoutd keeps the outcome in its own
 // store as well (in memory, or in payoutd_withdrawals), so a withdrawal
 // whose record the ledger pruned still reads as it ended; "unknown" if the
-// ledger pruned an outcome payoutd never saw (one resolved around it and
-// never read).
+// ledger pruned an outcome payoutd never saw (in memory, one resolved around
+// it and never read; on PostgreSQL, only one written past payoutd's hooks,
+// by submissionsctl, and never read). The stored "sending" is never shown:
+// the ledger's claim tells in_flight from awaiting_operator.
 //
 // GET /rail/sends returns {"<withdrawal id>": <count>, ...}: how many times
 // this process's fake rail moved money for each withdrawal, answered or not
 // (a declined, unavailable or failed send moves nothing, and neither does one
-// the rail deduplicated). Several processes each count their own; a client
+// the rail deduplicated); with -rail-log, every movement in its log, made by
+// earlier processes too. Several processes each count their own; a client
 // sums them.
 //
 // GET /metrics serves Prometheus metrics: the ledger's decisions, the sends
@@ -156,7 +190,9 @@
 // The operator's side, for the keys left in flight and for retention (see
 // docs/operations.md). They are open to every client here; a real service
 // must serve them only behind real authentication of its operators. `payoutd
-// ctl` is the same from a shell, on payoutd's database (payoutd ctl -h).
+// ctl` is the same from a shell, on payoutd's database (payoutd ctl -h), and
+// moves the withdrawals' states with its resolves and releases as payoutd
+// does (ctl.WithHooks): prefer it to submissionsctl, which leaves them.
 //
 // GET /admin/inflight lists the keys in flight, oldest first, in every tenant:
 // 200 and [{"tenant", "key", "withdrawal_id", "amount", "currency",
@@ -209,6 +245,18 @@
 // claims are per tenant (two tenants may use the same keys), and a withdrawal
 // belongs to the tenant that created it: to any other it is a 404. A tenant
 // of more than 64 bytes, or not valid UTF-8, is a 400.
+//
+// # Crash tests
+//
+// The environment variable PAYOUTD_FAULT, set to a step of a send, makes
+// payoutd kill itself with SIGKILL at that step, saying so on stderr first:
+// claimed (in the claim's transaction, before it commits), before-rail (the
+// claim committed), rail-moved (the rail moved the money and recorded it,
+// before it answers), settled (in the outcome's transaction, before it
+// commits), before-answer (the outcome committed, before the HTTP answer),
+// released (in the release's transaction, before it commits). It is for the
+// tests (crash_test.go), never for a real process; a value that names no
+// step stops payoutd at start.
 package main
 
 import (
@@ -275,6 +323,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	unavailableShare := flags.Float64("rail-unavailable", 0, "`share` of sends (0 to 1) the fake rail is unavailable for, moving no money and saying so: a 503, and a retry sends")
 	failShare := flags.Float64("rail-fail", 0, "`share` of sends (0 to 1) the fake rail fails, moving no money without saying so: a 502, the key left claimed")
 	timeoutShare := flags.Float64("rail-timeout-share", 0, "`share` of sends (0 to 1) that move money and never answer")
+	railLog := flags.String("rail-log", "", "`file` the fake rail keeps its record in: appended and synced before it answers, read back at start")
 	if err := flags.Parse(args); err != nil {
 		flags.SetOutput(stderr)
 		if errors.Is(err, flag.ErrHelp) { // asked for: on stdout
@@ -293,9 +342,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case *sendTimeout <= 0:
 		return errors.New("-send-timeout must be positive")
 	}
+	f, err := parseFault(os.Getenv(faultEnv))
+	if err != nil {
+		return err
+	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 
-	cfg := config{Rail: newRail(*latency, *declineShare, *unavailableShare, *failShare, *timeoutShare), SendTimeout: *sendTimeout, Wait: *wait, Logger: log}
+	cfg := config{Rail: newRail(*latency, *declineShare, *unavailableShare, *failShare, *timeoutShare), SendTimeout: *sendTimeout, Wait: *wait, Logger: log, Fault: f}
+	cfg.Rail.fault = f
+	if *railLog != "" {
+		if err := cfg.Rail.openLog(*railLog); err != nil {
+			return err
+		}
+		defer cfg.Rail.closeLog()
+	}
 	if *databaseURL != "" {
 		pool, err := connect(*databaseURL)
 		if err != nil {

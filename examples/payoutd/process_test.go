@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -129,7 +130,17 @@ var listening = regexp.MustCompile(`^payoutd listening on (http://\S+)$`)
 // it still runs.
 func launch(t *testing.T, bin string, args ...string) *process {
 	t.Helper()
+	return launchWith(t, nil, bin, args...)
+}
+
+// launchWith is launch with env, NAME=value, added to the process's
+// environment.
+func launchWith(t *testing.T, env []string, bin string, args ...string) *process {
+	t.Helper()
 	p := &process{cmd: exec.Command(bin, args...), listen: make(chan string, 1), eof: make(chan struct{})}
+	if env != nil {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	p.cmd.Stderr = &p.stderr
 	stdout, err := p.cmd.StdoutPipe()
 	require.NoError(t, err)
@@ -179,6 +190,23 @@ func (p *process) stop(t *testing.T) {
 	require.NoError(t, err, "exit status after SIGTERM:\n%s%s", p.stdout.String(), p.stderr.String())
 	assert.Contains(t, p.stdout.String(), "payoutd stopped\n")
 	assert.Contains(t, p.stderr.String(), "shutting down")
+}
+
+// killed waits for the process to end, and checks that SIGKILL ended it.
+func (p *process) killed(t *testing.T) {
+	t.Helper()
+	select {
+	case <-p.eof:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("payoutd still runs 30 seconds after it should have killed itself:\n%s%s", p.stdout.String(), p.stderr.String())
+	}
+	err := p.cmd.Wait()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "payoutd ended without an error:\n%s%s", p.stdout.String(), p.stderr.String())
+	status, ok := exit.Sys().(syscall.WaitStatus)
+	require.True(t, ok)
+	require.True(t, status.Signaled() && status.Signal() == syscall.SIGKILL, "payoutd ended otherwise than by SIGKILL (%v):\n%s%s",
+		err, p.stdout.String(), p.stderr.String())
 }
 
 // lockedBuffer is a bytes.Buffer safe for concurrent use.

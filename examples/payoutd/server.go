@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -62,6 +63,7 @@ type config struct {
 	SendTimeout time.Duration // how long a send may run
 	Wait        time.Duration // how long a repeat of a key in flight waits for its outcome before a 409; 0 answers 409 at once
 	Logger      *slog.Logger  // nil: slog.Default()
+	Fault       fault         // the step of a send at which the process kills itself (PAYOUTD_FAULT); "" for none
 }
 
 // retryAfter is the Retry-After of a key whose send runs: when a send
@@ -71,11 +73,25 @@ func (c config) retryAfter() time.Duration {
 	return min(c.Rail.latency, c.SendTimeout)
 }
 
+// createKeysTable is the table of the request keys of POST /withdrawals,
+// apart from the ledger's (the keys of sends): pgstore's table, holding
+// each key's response (idemhttp.Exchange).
+const createKeysTable = "payoutd_create_keys"
+
 // server is payoutd's HTTP API.
 type server struct {
 	ledger      *submissions.Submissions[Withdrawal]
 	store       driver.Store[Withdrawal] // the ledger's, read to tell a send that runs from one that ended without an answer
 	withdrawals withdrawals
+	// statesInTx: the ledger's store moves the withdrawals' states with
+	// its claims, in their transactions (PostgreSQL: withdrawalHooks); in
+	// memory, payoutd keeps an outcome's state after the fact (keep).
+	statesInTx bool
+	// createTx runs a POST /withdrawals under an Idempotency-Key: the
+	// withdrawal's insert and the key's response in one transaction
+	// (PostgreSQL), or one submit of an in-memory ledger of its own.
+	createTx    idemhttp.Transactor[creator]
+	fault       fault
 	rail        *rail
 	sendTimeout time.Duration
 	repeat      idemhttp.SubmitOptions // Wait and RetryAfter of a repeat of a key whose send runs
@@ -87,7 +103,7 @@ type server struct {
 // a pool it brings the ledger's table and the withdrawals table up to date
 // first.
 func newServer(ctx context.Context, cfg config) (*server, error) {
-	s := &server{rail: cfg.Rail, sendTimeout: cfg.SendTimeout, log: cfg.Logger, mux: http.NewServeMux(),
+	s := &server{rail: cfg.Rail, sendTimeout: cfg.SendTimeout, log: cfg.Logger, mux: http.NewServeMux(), fault: cfg.Fault,
 		repeat: idemhttp.SubmitOptions{Wait: cfg.Wait, RetryAfter: cfg.retryAfter()}}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -102,9 +118,11 @@ func newServer(ctx context.Context, cfg config) (*server, error) {
 	if cfg.Pool == nil {
 		s.store = submissions.NewMemoryStore[Withdrawal]()
 		s.ledger = submissions.NewWithStore(s.store, opts...)
-		s.withdrawals = &memWithdrawals{}
+		mem := &memWithdrawals{}
+		s.withdrawals = mem
+		s.createTx = memCreateTx(submissions.New[idemhttp.Exchange](submissions.WithLogger(s.log)), mem)
 	} else {
-		store, err := pgstore.New[Withdrawal](cfg.Pool)
+		store, err := pgstore.New[Withdrawal](cfg.Pool, pgstore.WithHooks(withdrawalHooks(cfg.Fault)))
 		if err != nil {
 			return nil, err
 		}
@@ -112,12 +130,21 @@ func newServer(ctx context.Context, cfg config) (*server, error) {
 			return nil, err
 		}
 		ws := &pgWithdrawals{pool: cfg.Pool}
-		if err := ws.migrate(ctx); err != nil {
+		if err := ws.migrate(ctx, pgx.Identifier{pgstore.DefaultTable}.Sanitize()); err != nil {
+			return nil, err
+		}
+		keys, err := pgstore.New[idemhttp.Exchange](cfg.Pool, pgstore.WithTable(createKeysTable))
+		if err != nil {
+			return nil, err
+		}
+		if err := keys.Migrate(ctx); err != nil {
 			return nil, err
 		}
 		s.store = store
 		s.ledger = submissions.NewWithStore[Withdrawal](store, opts...)
 		s.withdrawals = ws
+		s.statesInTx = true
+		s.createTx = pgCreateTx(keys)
 	}
 	s.mux.HandleFunc("POST /withdrawals", s.create)
 	s.mux.HandleFunc("POST /withdrawals/{id}/submit", s.submit)
@@ -176,19 +203,80 @@ func (m *routeMiss) Write(b []byte) (int, error) { return len(b), nil }
 func (m *routeMiss) WriteHeader(int)             {}
 
 // create handles POST /withdrawals: a new withdrawal, approved, with an id of
-// the server's.
+// the server's. Under an Idempotency-Key the key and the withdrawal are
+// written together: a repeat of the request gets the first 201, the same
+// withdrawal, replayed; the key with another body a 422 key-reused. Without
+// one, each call creates a withdrawal. The key's syntax and then the body
+// are checked before the key is used: a request refused for either leaves
+// the key unused.
 func (s *server) create(w http.ResponseWriter, r *http.Request) {
 	tenant, ok := tenantOf(w, r)
 	if !ok {
 		return
 	}
+	keyed := len(r.Header.Values("Idempotency-Key")) > 0
+	if keyed {
+		if _, err := idemhttp.Key(r.Header); err != nil {
+			idemhttp.WriteError(w, err)
+			return
+		}
+	}
+	body, err := io.ReadAll(r.Body) // read whole, and capped, by ServeHTTP
+	if err != nil {
+		writeProblem(w, typeMalformed, http.StatusBadRequest, "The request body could not be read; this request changed nothing.")
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	wd, ok := newWithdrawal(w, r)
+	if !ok {
+		return
+	}
+	if !keyed {
+		if err := s.withdrawals.create(r.Context(), tenant, wd); err != nil {
+			s.log.Error("create withdrawal", slog.String("tenant", tenant), slog.Any("error", err))
+			idemhttp.WriteError(w, err)
+			return
+		}
+		w.Header().Set("Location", "/withdrawals/"+wd.ID)
+		idemhttp.WriteJSON(w, http.StatusCreated, wd, false)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	res := &recorded{header: http.Header{}}
+	idemhttp.InTx(s.createTx, func(*http.Request) string { return tenant },
+		func(ctx context.Context, c creator, _ *http.Request, _ []byte) (int, any, error) {
+			if err := c.create(ctx, tenant, wd); err != nil {
+				s.log.Error("create withdrawal", slog.String("tenant", tenant), slog.Any("error", err))
+				return 0, nil, err
+			}
+			return http.StatusCreated, wd, nil
+		}).ServeHTTP(res, r)
+	h := w.Header()
+	for name, values := range res.header {
+		h[name] = values
+	}
+	if res.status == http.StatusCreated { // the first's withdrawal, on a replay as well
+		var created Withdrawal
+		if json.Unmarshal(res.body.Bytes(), &created) == nil && created.ID != "" {
+			h.Set("Location", "/withdrawals/"+created.ID)
+		}
+	}
+	w.WriteHeader(res.status)
+	_, _ = w.Write(res.body.Bytes())
+}
+
+// newWithdrawal reads the request's body as a new withdrawal, approved,
+// with a random id of the server's. A body that is not one (not one JSON
+// object, or a field missing, not a JSON string or not valid) is a problem,
+// written here, which lists every field at fault at once.
+func newWithdrawal(w http.ResponseWriter, r *http.Request) (Withdrawal, bool) {
 	var in struct { // each member as sent, so that every field at fault is named at once
 		Amount      json.RawMessage `json:"amount"`
 		Currency    json.RawMessage `json:"currency"`
 		Destination json.RawMessage `json:"destination"`
 	}
 	if !decode(w, r, &in) {
-		return
+		return Withdrawal{}, false
 	}
 	wd := Withdrawal{ID: "wd_" + randomHex(16), State: stateApproved}
 	var faults []idemhttp.FieldError
@@ -209,15 +297,81 @@ func (s *server) create(w http.ResponseWriter, r *http.Request) {
 		p := idemhttp.ProblemFor(submissions.ErrInvalidFingerprint)
 		p.Errors = faults
 		idemhttp.WriteProblem(w, p)
-		return
+		return Withdrawal{}, false
 	}
-	if err := s.withdrawals.create(r.Context(), tenant, wd); err != nil {
-		s.log.Error("create withdrawal", slog.String("tenant", tenant), slog.Any("error", err))
-		idemhttp.WriteError(w, err)
-		return
+	return wd, true
+}
+
+// recorded is a response kept to be written later: create's from
+// idemhttp.InTx, to which it adds Location.
+type recorded struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (r *recorded) Header() http.Header { return r.header }
+
+func (r *recorded) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
 	}
-	w.Header().Set("Location", "/withdrawals/"+wd.ID)
-	idemhttp.WriteJSON(w, http.StatusCreated, wd, false)
+}
+
+func (r *recorded) Write(b []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	return r.body.Write(b)
+}
+
+// pgCreateTx is the Transactor of creates on PostgreSQL: pgstore.Submit on
+// keys, whose transaction holds the key's claim, the withdrawal's insert
+// and the key's response. A repeat of a key whose first request is still
+// in its transaction waits for it, and replays its response if it
+// committed.
+func pgCreateTx(keys *pgstore.Store[idemhttp.Exchange]) idemhttp.Transactor[creator] {
+	return func(ctx context.Context, tenant, key string, req idemhttp.Exchange,
+		work func(context.Context, creator, idemhttp.Exchange) (idemhttp.Exchange, error)) (idemhttp.Exchange, bool, error) {
+		return pgstore.Submit(ctx, keys, tenant, key, req, func(ctx context.Context, tx pgx.Tx, req idemhttp.Exchange) (idemhttp.Exchange, error) {
+			return work(ctx, txCreator{tx}, req)
+		})
+	}
+}
+
+// memCreateTx is the Transactor of creates in memory: a submit of keys, an
+// in-memory ledger of its own, whose send creates the withdrawal in ws and
+// answers the response. A create that fails wrote nothing: its claim is
+// released (as a send that moved nothing), and the key stays unused. A
+// repeat of a key whose first request runs waits for its response, as on
+// PostgreSQL. The ledger calls are not cut short when the client hangs
+// up: a withdrawal created is always recorded as its key's response.
+func memCreateTx(keys *submissions.Submissions[idemhttp.Exchange], ws *memWithdrawals) idemhttp.Transactor[creator] {
+	return func(ctx context.Context, tenant, key string, req idemhttp.Exchange,
+		work func(context.Context, creator, idemhttp.Exchange) (idemhttp.Exchange, error)) (idemhttp.Exchange, bool, error) {
+		ledger := keys.Tenant(tenant)
+		for {
+			var failed error
+			out, replayed, err := ledger.SubmitOrReplay(context.WithoutCancel(ctx), key, req,
+				func(ctx context.Context, req idemhttp.Exchange) (idemhttp.Exchange, error) {
+					out, err := work(ctx, ws, req)
+					if err != nil {
+						failed = err
+						return out, fmt.Errorf("create: %w: %w", submissions.ErrNotSent, err)
+					}
+					return out, nil
+				})
+			if failed != nil {
+				return idemhttp.Exchange{}, false, failed
+			}
+			if !errors.Is(err, submissions.ErrSubmissionInFlight) || errors.Is(err, submissions.ErrAbandoned) {
+				return out, replayed, err
+			}
+			out, err = ledger.Wait(ctx, key)
+			if errors.Is(err, submissions.ErrUnknownKey) {
+				continue // released: its create failed; this one tries
+			}
+			return out, err == nil, err
+		}
+	}
 }
 
 // submit handles POST /withdrawals/{id}/submit: the withdrawal sent to the
@@ -240,9 +394,16 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 	// cut short, it would leave the key claimed without an answer.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.sendTimeout)
 	defer cancel()
-	out, err := idemhttp.SubmitWith(ctx, w, r, s.ledger.Tenant(tenant), http.StatusCreated, wd, s.rail.Send, s.repeat)
+	send := func(ctx context.Context, wd Withdrawal) (Withdrawal, error) {
+		s.fault.at(faultBeforeRail) // the claim committed
+		return s.rail.Send(ctx, wd)
+	}
+	if s.fault == faultBeforeAnswer {
+		w = &faultWriter{ResponseWriter: w, f: s.fault}
+	}
+	out, err := idemhttp.SubmitWith(ctx, w, r, s.ledger.Tenant(tenant), http.StatusCreated, wd, send, s.repeat)
 	switch {
-	case err == nil:
+	case err == nil && !s.statesInTx:
 		s.keep(ctx, tenant, wd, out)
 	case errors.Is(err, submissions.ErrOutcomeUnknown) || errors.Is(err, submissions.ErrOutcomeNotRecorded):
 		s.log.Error("money may have moved: look at the rail, then resolve or release the key",
@@ -251,10 +412,29 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// faultWriter kills the process (faultBeforeAnswer) when the submit's
+// answer is about to be written: its outcome, if it has one, committed.
+type faultWriter struct {
+	http.ResponseWriter
+	f fault
+}
+
+func (w *faultWriter) WriteHeader(status int) {
+	w.f.at(faultBeforeAnswer)
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *faultWriter) Write(b []byte) (int, error) {
+	w.f.at(faultBeforeAnswer)
+	return w.ResponseWriter.Write(b)
+}
+
 // keep stores the state of out, an outcome of tenant's withdrawal kept as
 // kept, unless kept has it already: GET answers from it once the ledger has
 // pruned the outcome. A failure is logged; the next request that finds the
-// outcome stores it.
+// outcome stores it. On PostgreSQL the outcome's transaction stored it
+// already, and only a GET calls keep: to repair a withdrawal whose outcome
+// was written past payoutd's hooks (by submissionsctl).
 func (s *server) keep(ctx context.Context, tenant string, kept, out Withdrawal) {
 	if kept.State == out.State && kept.Tx == out.Tx && kept.FailureReason == out.FailureReason {
 		return
@@ -292,12 +472,15 @@ func (s *server) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	view := withdrawalView{Withdrawal: wd}
+	if !claimed && wd.State == stateSending { // released since it was read: approved now
+		view.State = stateApproved
+	}
 	if claimed {
 		view.ClaimedBy = &holder
 		out, done, err := ledger.Outcome(r.Context(), holder)
 		switch {
 		case errors.Is(err, submissions.ErrPruned):
-			if wd.State == stateApproved {
+			if wd.State == stateApproved || wd.State == stateSending {
 				view.State = stateUnknown
 			}
 		case err != nil:

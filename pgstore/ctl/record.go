@@ -2,6 +2,7 @@ package ctl
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -9,7 +10,10 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/idemledger/submissions/driver"
+	"github.com/idemledger/submissions/pgstore"
 )
 
 // record is an outcome as the table holds it, which this command cannot read
@@ -131,4 +135,27 @@ func member(members map[string]json.RawMessage, name string) (string, error) {
 		return num.String(), nil
 	}
 	return "", fmt.Errorf("the outcome's %q is neither a string nor a number", found[0])
+}
+
+// rawHooks are h, hooks on outcomes as their JSON (WithHooks), as hooks of
+// the command's Store of records: each gets the record with its outcome's
+// bytes.
+func rawHooks(h pgstore.Hooks[json.RawMessage]) pgstore.Hooks[record] {
+	return pgstore.Hooks[record]{Claimed: rawHook(h.Claimed), Settled: rawHook(h.Settled), Released: rawHook(h.Released)}
+}
+
+type hook[R any] func(ctx context.Context, tx pgx.Tx, tenant, key string, rec driver.Record[R]) error
+
+func rawHook(h hook[json.RawMessage]) hook[record] {
+	if h == nil {
+		return nil
+	}
+	return func(ctx context.Context, tx pgx.Tx, tenant, key string, rec driver.Record[record]) error {
+		var raw json.RawMessage
+		if rec.Done && !rec.Pruned {
+			raw = bytes.Clone(rec.Outcome.raw)
+		}
+		return h(ctx, tx, tenant, key, driver.Record[json.RawMessage]{Fingerprint: rec.Fingerprint, Outcome: raw,
+			Done: rec.Done, Token: rec.Token, Pruned: rec.Pruned, Abandoned: rec.Abandoned})
+	}
 }

@@ -9,6 +9,7 @@ package ctl
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -82,8 +83,9 @@ type env struct {
 type Option interface{ apply(*options) }
 
 type options struct {
-	name  string             // the program's name in its messages
-	check func([]byte) error // the service's rule for an outcome; nil for none
+	name  string                          // the program's name in its messages
+	check func([]byte) error              // the service's rule for an outcome; nil for none
+	hooks *pgstore.Hooks[json.RawMessage] // the service's writes in each change's transaction; nil for none
 }
 
 type optionFunc func(*options)
@@ -102,6 +104,19 @@ func WithName(name string) Option {
 // The default checks only that the outcome is the claim's withdrawal.
 func WithOutcomeCheck(check func(outcome []byte) error) Option {
 	return optionFunc(func(o *options) { o.check = check })
+}
+
+// WithHooks makes resolve and release (and every other change the command
+// makes to a claim) run h in the transaction of that change, as the
+// service's own Store does with pgstore.WithHooks, so that the service's
+// rows move with the ledger's claims at this door too: a withdrawal
+// "sending" becomes "sent" with a resolve, "approved" again with a release.
+// Each hook gets the record with its outcome as its JSON, the bytes the
+// table holds (for a resolve, the outcome file's). A hook that returns an
+// error rolls the change back: the action fails (exit code 4), and nothing
+// changed. The default runs none.
+func WithHooks(h pgstore.Hooks[json.RawMessage]) Option {
+	return optionFunc(func(o *options) { o.hooks = &h })
 }
 
 // Run runs the command line args (without the program's name), reading
@@ -328,7 +343,11 @@ func (e *env) open(ctx context.Context) (*ledger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)
 	}
-	store, err := pgstore.New[record](pool, pgstore.WithTable(e.g.table.value), pgstore.WithCodec(rawCodec{}))
+	opts := []pgstore.Option{pgstore.WithTable(e.g.table.value), pgstore.WithCodec(rawCodec{})}
+	if e.o.hooks != nil {
+		opts = append(opts, pgstore.WithHooks(rawHooks(*e.o.hooks)))
+	}
+	store, err := pgstore.New[record](pool, opts...)
 	if err != nil {
 		pool.Close()
 		return nil, err
