@@ -55,7 +55,7 @@ var (
 	problemBodyTooLarge = Problem{Type: TypeBodyTooLarge, Title: "Request body too large", Status: http.StatusRequestEntityTooLarge,
 		Detail: "The request body is over 1 MiB. This request wrote nothing."}
 	problemRequestReused = Problem{Type: TypeKeyReused, Title: "Idempotency key reused", Status: http.StatusUnprocessableEntity,
-		Detail: "The request key was used before for a request with another method, path or body. This request wrote nothing."}
+		Detail: "The request key was used before for a request with another method, path, query or body. This request wrote nothing."}
 )
 
 // InTx returns a handler whose writes and the request's key commit in one
@@ -63,7 +63,7 @@ var (
 // run with the request's fingerprint (RequestFingerprint), and writes the
 // response write returned. A retry of the request gets the same status and
 // body, with Idempotent-Replayed: true; the same key with another method,
-// path or body gets a 422 key-reused problem, write not called. A retry
+// path, query or body gets a 422 key-reused problem, write not called. A retry
 // that comes while the first is still in its transaction waits for it, for
 // as long as r's context lasts: its answer is known as soon as that
 // transaction ends (a replay if it committed; if it rolled back, the retry
@@ -88,7 +88,7 @@ func InTx[T any](run Transactor[T], tenant func(*http.Request) string, write Wri
 		if tenant != nil {
 			t = tenant(r)
 		}
-		req := Exchange{Request: RequestFingerprint(key, r.Method, r.URL.Path, body)}
+		req := Exchange{Request: RequestFingerprint(key, r, body)}
 		out, replayed, err := run(r.Context(), t, key, req, func(ctx context.Context, tx T, req Exchange) (Exchange, error) {
 			status, resp, err := write(ctx, tx, r, body)
 			switch {
@@ -117,15 +117,20 @@ func InTx[T any](run Transactor[T], tenant func(*http.Request) string, write Wri
 	})
 }
 
-// RequestFingerprint is the fingerprint InTx gives a request under key:
-// key itself is the withdrawal id (each key is its own), and the destination
-// is "sha256:" and the hex SHA-256 of the method, the path and the body.
-// A JSON body is hashed as JSON re-encoded with its object members sorted
-// and no spaces, so that two encodings of one value are one request; any
-// other body as its bytes. Amount and currency are fixed ("1", "REQ").
-func RequestFingerprint(key, method, path string, body []byte) submissions.Fingerprint {
+// RequestFingerprint is the fingerprint InTx gives r, under key, with its
+// body: key itself is the withdrawal id (each key is its own), and the
+// destination is "sha256:" and the hex SHA-256 of r's method, path, query
+// (its parameters sorted) and body. A JSON body is hashed as its decoded
+// value re-encoded, object members sorted, no spaces, numbers as written
+// (so "1.0" is not "1"); any other body as its bytes. Amount and currency
+// are fixed ("1", "REQ").
+func RequestFingerprint(key string, r *http.Request, body []byte) submissions.Fingerprint {
 	h := sha256.New()
-	_, _ = io.WriteString(h, method+" "+path+"\n")
+	target := r.Method + " " + r.URL.Path
+	if q := r.URL.Query(); len(q) != 0 {
+		target += "?" + q.Encode()
+	}
+	_, _ = io.WriteString(h, target+"\n")
 	_, _ = h.Write(canonicalBody(body))
 	return submissions.Fingerprint{WithdrawalID: key, Amount: "1", Currency: "REQ", Destination: "sha256:" + hex.EncodeToString(h.Sum(nil))}
 }

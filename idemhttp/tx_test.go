@@ -117,12 +117,13 @@ func TestInTx(t *testing.T) {
 			{"/sales", `{"customer":"c1","amount":"501.00"}`},
 			{"/sales", `{"customer":"c1","amount":"500.0"}`},
 			{"/refunds", `{"customer":"c1","amount":"500.00"}`},
+			{"/sales?dry_run=1", `{"customer":"c1","amount":"500.00"}`},
 			{"/sales", `{"customer":"c1","amount":"500.00"} x`},
 		} {
 			w := post("s1", "k1", c.path, c.body)
 			require.Equal(t, http.StatusUnprocessableEntity, w.Code, c)
 			assert.Equal(t, idemhttp.TypeKeyReused, problemType(t, w))
-			assert.Contains(t, w.Body.String(), "another method, path or body")
+			assert.Contains(t, w.Body.String(), "another method, path, query or body")
 		}
 		assert.Equal(t, 1, l.writes)
 	})
@@ -184,20 +185,26 @@ func TestInTx(t *testing.T) {
 }
 
 func TestRequestFingerprint(t *testing.T) {
-	fp := idemhttp.RequestFingerprint("k1", "POST", "/sales", []byte(`{"b":[1,2],"a":"x"}`))
+	fpOf := func(method, target, body string) submissions.Fingerprint {
+		return idemhttp.RequestFingerprint("k1", httptest.NewRequest(method, target, nil), []byte(body))
+	}
+	fp := fpOf("POST", "/sales", `{"b":[1,2],"a":"x"}`)
 	assert.Equal(t, "k1", fp.WithdrawalID)
 	_, err := fp.Canonical()
 	require.NoError(t, err, "a valid fingerprint")
 	same := []string{"{\n \"a\": \"x\", \"b\": [1, 2]\n}", `{"a":"x","b":[1,2]}`}
 	for _, body := range same {
-		assert.Equal(t, fp, idemhttp.RequestFingerprint("k1", "POST", "/sales", []byte(body)), body)
+		assert.Equal(t, fp, fpOf("POST", "/sales", body), body)
 	}
 	other := []string{`{"a":"x","b":[1,2.0]}`, `{"a":"x","b":[1,2]}{}`, `{"a":"x","b":[1,2]}]`, `{"a":"x"}`, ``}
 	for _, body := range other {
-		assert.NotEqual(t, fp, idemhttp.RequestFingerprint("k1", "POST", "/sales", []byte(body)), body)
+		assert.NotEqual(t, fp, fpOf("POST", "/sales", body), body)
 	}
-	assert.NotEqual(t, fp, idemhttp.RequestFingerprint("k1", "PUT", "/sales", []byte(same[1])))
-	assert.NotEqual(t, fp, idemhttp.RequestFingerprint("k1", "POST", "/sale", []byte(same[1])))
-	raw := idemhttp.RequestFingerprint("k1", "POST", "/x", []byte("a b"))
-	assert.NotEqual(t, raw, idemhttp.RequestFingerprint("k1", "POST", "/x", []byte("a  b")), "a body that is not JSON is its bytes")
+	assert.NotEqual(t, fp, fpOf("PUT", "/sales", same[1]))
+	assert.NotEqual(t, fp, fpOf("POST", "/sale", same[1]))
+	assert.NotEqual(t, fp, fpOf("POST", "/sales?x=1", same[1]))
+	assert.Equal(t, fpOf("POST", "/sales?a=1&b=2", same[1]), fpOf("POST", "/sales?b=2&a=1", same[1]), "parameters in any order")
+	assert.NotEqual(t, fpOf("POST", "/sales?a=1&b=2", same[1]), fpOf("POST", "/sales?a=1&b=3", same[1]))
+	raw := fpOf("POST", "/x", "a b")
+	assert.NotEqual(t, raw, fpOf("POST", "/x", "a  b"), "a body that is not JSON is its bytes")
 }

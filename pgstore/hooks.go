@@ -2,9 +2,11 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemledger/submissions/driver"
 )
@@ -46,19 +48,56 @@ func WithHooks[R any](h Hooks[R]) Option {
 	return optionFunc(func(o *options) { o.hooks = h })
 }
 
-// hooked runs write and then, if write changed a row, hook, in one
-// transaction on s's pool, and commits it; write's error is translated,
-// hook's named.
+// hooked runs write and then, if write changed a row, hook, in one READ
+// COMMITTED transaction on s's pool, and commits it (as Submit commits);
+// write's error is translated, hook's named. A transaction the server
+// rolled back to break a deadlock or a serialization failure, whoever
+// caused it, is made again, a few times.
 func hooked[R any](ctx context.Context, s *Store[R], name string, hook func(context.Context, pgx.Tx, string, string, driver.Record[R]) error,
 	tenant, key string, write func(tx pgx.Tx) (driver.Record[R], bool, error)) error {
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		rec, changed, err := write(tx)
-		if err != nil || !changed {
-			return s.translate(err)
+	var err error
+	for range hookAttempts {
+		if err = hookedOnce(ctx, s, name, hook, tenant, key, write); !retryable(err) {
+			return err
 		}
+	}
+	return err
+}
+
+// hookAttempts bounds the attempts of a hooked change.
+const hookAttempts = 3
+
+// retryable reports an error of a transaction the server rolled back, that
+// changed nothing: a deadlock or a serialization failure.
+func retryable(err error) bool {
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	return ok && (pgErr.Code == "40P01" || pgErr.Code == "40001")
+}
+
+// hookedOnce is one attempt of hooked.
+func hookedOnce[R any](ctx context.Context, s *Store[R], name string, hook func(context.Context, pgx.Tx, string, string, driver.Record[R]) error,
+	tenant, key string, write func(tx pgx.Tx) (driver.Record[R], bool, error)) error {
+	tx, err := s.pool.BeginTx(ctx, readCommitted)
+	if err != nil {
+		return err
+	}
+	ended := false
+	defer func() {
+		if !ended { // an error, or a panic under way
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+			defer cancel()
+			_ = tx.Rollback(rctx)
+		}
+	}()
+	rec, changed, err := write(tx)
+	if err != nil {
+		return s.translate(err)
+	}
+	if changed {
 		if err := hook(ctx, tx, tenant, key, rec); err != nil {
 			return fmt.Errorf("pgstore: hook %s: %w", name, err)
 		}
-		return nil
-	})
+	}
+	ended = true
+	return commit(ctx, tx)
 }

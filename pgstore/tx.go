@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -46,40 +47,73 @@ func SubmitTx[R driver.Fingerprinter](ctx context.Context, s *Store[R], tx pgx.T
 	}
 	var w func(context.Context, R) (R, error)
 	if work != nil {
-		w = func(ctx context.Context, req R) (R, error) { return work(ctx, tx, req) }
+		w = func(ctx context.Context, req R) (R, error) { return work(ctx, workTx{tx}, req) }
 	}
 	return engine.SubmitTx(ctx, inTx[R]{s, tx}, tenant, key, req, w)
 }
 
-// Submit is SubmitTx in a transaction of its own on s's pool: it begins
-// one, runs SubmitTx in it and commits it, or rolls it back on any error.
-// A commit that fails is ErrStoreFailed, and may have committed or not: a
-// retry under the same key gets the outcome, or does the work.
+// Submit is SubmitTx in a READ COMMITTED transaction of its own on s's
+// pool: it checks its input, begins the transaction, runs SubmitTx in it
+// and commits it, or rolls it back on any error or panic. A commit that
+// fails is ErrStoreFailed; but for one the server rolled back, it may have
+// committed or not: a retry under the same key gets the outcome, or does
+// the work. The commit is not cut short by ctx (see endTimeout).
 func Submit[R driver.Fingerprinter](ctx context.Context, s *Store[R], tenant, key string, req R,
 	work func(ctx context.Context, tx pgx.Tx, req R) (R, error)) (out R, replayed bool, err error) {
 	if s == nil {
 		return out, false, errors.New("pgstore: nil Store")
 	}
-	tx, err := s.pool.Begin(ctx)
+	if err := engine.CheckTx(ctx, tenant, key, req); err != nil {
+		return out, false, err
+	}
+	tx, err := s.pool.BeginTx(ctx, readCommitted)
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return out, false, cerr
 		}
-		return out, false, fmt.Errorf("%w: begin a transaction: %w", driver.ErrStoreFailed, err)
+		return out, false, fmt.Errorf("%w: request key %s: begin a transaction: %w", driver.ErrStoreFailed, key, err)
 	}
+	ended := false
 	defer func() {
-		if err != nil {
-			_ = tx.Rollback(context.WithoutCancel(ctx)) // on the pool's connection, which it frees
+		if !ended { // an error, or a panic under way
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+			defer cancel()
+			_ = tx.Rollback(rctx) // frees the pool's connection
 		}
 	}()
 	var zero R
 	if out, replayed, err = SubmitTx(ctx, s, tx, tenant, key, req, work); err != nil {
 		return zero, false, err
 	}
-	if err = tx.Commit(ctx); err != nil {
-		return zero, false, fmt.Errorf("%w: commit: %w", driver.ErrStoreFailed, err)
+	ended = true
+	if err = commit(ctx, tx); err != nil {
+		return zero, false, fmt.Errorf("%w: request key %s: %w", driver.ErrStoreFailed, key, err)
 	}
 	return out, replayed, nil
+}
+
+// readCommitted are the options of the transactions pgstore begins.
+var readCommitted = pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
+
+// endTimeout bounds a commit or rollback that pgstore makes: it runs on a
+// context that the caller's ending does not cancel, because a cancel
+// request sent to a commit under way would cancel its wait for a
+// synchronous standby, and the commit could then stand on the primary
+// alone.
+const endTimeout = 10 * time.Second
+
+// commit commits tx, however ctx ends meanwhile, within endTimeout; it says
+// whether a failed commit was rolled back or may stand.
+func commit(ctx context.Context, tx pgx.Tx) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+	defer cancel()
+	switch err := tx.Commit(cctx); {
+	case errors.Is(err, pgx.ErrTxCommitRollback):
+		return fmt.Errorf("commit rolled back: %w", err)
+	case err != nil:
+		return fmt.Errorf("commit, which may or may not stand: %w", err)
+	}
+	return nil
 }
 
 // isNilTx reports a nil tx, or an interface holding a nil pointer.
@@ -90,6 +124,16 @@ func isNilTx(tx pgx.Tx) bool {
 	v := reflect.ValueOf(tx)
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
+
+// workTx is the caller's transaction as SubmitTx's work gets it: it cannot
+// end it, which would commit a claim without its outcome.
+type workTx struct{ pgx.Tx }
+
+// errWorkEnds is the error of work's Commit or Rollback of its transaction.
+var errWorkEnds = errors.New("pgstore: the work cannot end the transaction of its key: return, and its caller ends it")
+
+func (workTx) Commit(context.Context) error   { return errWorkEnds }
+func (workTx) Rollback(context.Context) error { return errWorkEnds }
 
 // inTx is a Store's claims in one transaction of its caller's.
 type inTx[R any] struct {
@@ -153,7 +197,7 @@ func txFailed(err error) error {
 		return fmt.Errorf("pgstore: the transaction has been committed or rolled back: %w", err)
 	}
 	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "25P02" {
-		return fmt.Errorf("pgstore: the transaction is aborted by an earlier error: roll it back: %w", err)
+		return fmt.Errorf("pgstore: the transaction is aborted by an earlier error: %w", err)
 	}
 	return err
 }

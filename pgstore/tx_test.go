@@ -363,7 +363,7 @@ func TestSubmitTxWorkFails(t *testing.T) {
 		{"another withdrawal", func(_ context.Context, _ pgx.Tx, x w) (w, error) {
 			x.Amount = "26.00"
 			return sent(x, "0xtx"), nil
-		}, submissions.ErrOutcomeNotRecorded},
+		}, submissions.ErrInvalidFingerprint},
 	} {
 		for _, end := range []string{"rollback", "commit"} {
 			t.Run(c.name+", "+end, func(t *testing.T) {
@@ -418,6 +418,39 @@ func TestSubmitTxWorkFails(t *testing.T) {
 		require.ErrorContains(t, err, "division by zero")
 		require.ErrorIs(t, tx.Commit(bg), pgx.ErrTxCommitRollback, "the aborted transaction rolls back")
 		f.requireUnclaimed(t, "req-1", x.ID)
+	})
+	t.Run("pgstore.Submit rolls back after a panic", func(t *testing.T) {
+		f := newTxFixture(t, 1)
+		work, calls := f.work("req-1")
+		require.PanicsWithValue(t, "work panicked", func() {
+			_, _, _ = Submit(bg, f.st, "", "req-1", x, func(ctx context.Context, tx pgx.Tx, x w) (w, error) {
+				_, _ = work(ctx, tx, x)
+				panic("work panicked")
+			})
+		})
+		assert.Zero(t, f.pool.Stat().AcquiredConns(), "the connection is back in the pool")
+		ctx, cancel := context.WithTimeout(bg, 5*time.Second)
+		defer cancel()
+		_, replayed, err := Submit(ctx, f.st, "", "req-1", x, work)
+		require.NoError(t, err, "the key is free: nobody holds it open")
+		assert.False(t, replayed)
+		assert.Equal(t, int64(2), calls.Load())
+		f.requireWritten(t, "req-1", 1, "25.00")
+	})
+	t.Run("work cannot end the transaction", func(t *testing.T) {
+		for _, end := range []string{"commit", "rollback"} {
+			f := newTxFixture(t, 4)
+			tx := f.begin(t)
+			_, _, err := SubmitTx(bg, f.st, tx, "", "req-1", x, func(ctx context.Context, tx pgx.Tx, x w) (w, error) {
+				if end == "commit" {
+					return x, tx.Commit(ctx)
+				}
+				return x, tx.Rollback(ctx)
+			})
+			require.ErrorContains(t, err, "cannot end the transaction", end)
+			require.NoError(t, tx.Commit(bg), "the transaction is the caller's still")
+			f.requireUnclaimed(t, "req-1", x.ID)
+		}
 	})
 	t.Run("pgstore.Submit rolls back", func(t *testing.T) {
 		f := newTxFixture(t, 4)
@@ -545,7 +578,7 @@ func TestSubmitTxRefusesABadTransaction(t *testing.T) {
 			_, err := tx.Exec(bg, `SELECT 1/0`)
 			require.Error(t, err)
 			return tx
-		}, "the transaction is aborted by an earlier error: roll it back"},
+		}, "the transaction is aborted by an earlier error"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			work, calls := f.work("req-1")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -163,7 +164,7 @@ func TestCreateWithKey(t *testing.T) {
 // response, replayed, or, if the first failed (and wrote nothing), makes
 // its own.
 func TestMemoryCreateWaits(t *testing.T) {
-	req := idemhttp.Exchange{Request: idemhttp.RequestFingerprint("k", "POST", "/withdrawals", []byte(createBody))}
+	req := idemhttp.Exchange{Request: idemhttp.RequestFingerprint("k", httptest.NewRequest(http.MethodPost, "/withdrawals", nil), []byte(createBody))}
 	answer := func(body string) func(context.Context, creator, idemhttp.Exchange) (idemhttp.Exchange, error) {
 		return func(ctx context.Context, c creator, req idemhttp.Exchange) (idemhttp.Exchange, error) {
 			return idemhttp.Exchange{Request: req.Request, Status: http.StatusCreated, Body: []byte(body)}, nil

@@ -28,24 +28,16 @@ type Tx[R any] interface {
 // the outcome are written in one transaction, and stand or fall with it. A
 // key that has a record is answered as Submit answers it (a replay, or the
 // refusal), and work is not called. An error of work, a panic, or an answer
-// for another withdrawal drops the claim before the error (or the panic)
+// for another withdrawal (ErrInvalidFingerprint, naming the fields that
+// differ: once the transaction rolls back, nothing moved) drops the claim
+// before the error (or the panic)
 // goes on, as does a failure to record the outcome, so that no claim in
 // flight outlives the transaction; its caller must roll it back, which
 // undoes work's writes.
 func SubmitTx[R driver.Fingerprinter](ctx context.Context, tx Tx[R], tenant, key string, req R,
 	work func(ctx context.Context, req R) (R, error)) (out R, replayed bool, err error) {
 	var zero R
-	if err := ValidateTenant(tenant); err != nil {
-		return zero, false, err
-	}
-	if key, err = begin(ctx, key); err != nil {
-		return zero, false, err
-	}
-	if nilable[R]() && isNil(req) {
-		return zero, false, errNilRequest(req)
-	}
-	given := req.Fingerprint()
-	fp, err := given.Canonical()
+	key, given, fp, err := checkTx(ctx, tenant, key, req)
 	if err != nil {
 		return zero, false, err
 	}
@@ -83,7 +75,7 @@ func SubmitTx[R driver.Fingerprinter](ctx context.Context, tx Tx[R], tenant, key
 	default:
 		if got := out.Fingerprint(); got != given {
 			if fields := Differing(&fp, &got); fields != 0 {
-				err = fmt.Errorf("%w: request key %s: answer differs in %s", ErrOutcomeNotRecorded, key, fieldNames(fields))
+				err = fmt.Errorf("%w: request key %s: answer differs in %s", driver.ErrInvalidFingerprint, key, fieldNames(fields))
 			}
 		}
 	}
@@ -95,6 +87,32 @@ func SubmitTx[R driver.Fingerprinter](ctx context.Context, tx Tx[R], tenant, key
 	}
 	settled = true
 	return out, false, nil
+}
+
+// CheckTx returns the error SubmitTx would return for its input before it
+// claims: a tenant, key or request that is not valid, or ctx done.
+func CheckTx[R driver.Fingerprinter](ctx context.Context, tenant, key string, req R) error {
+	_, _, _, err := checkTx(ctx, tenant, key, req)
+	return err
+}
+
+// checkTx checks SubmitTx's input, and returns the key trimmed and req's
+// fingerprint, as given and canonical.
+func checkTx[R driver.Fingerprinter](ctx context.Context, tenant, key string, req R) (string, driver.Fingerprint, driver.Fingerprint, error) {
+	var none driver.Fingerprint
+	if err := ValidateTenant(tenant); err != nil {
+		return "", none, none, err
+	}
+	key, err := begin(ctx, key)
+	if err != nil {
+		return "", none, none, err
+	}
+	if nilable[R]() && isNil(req) {
+		return "", none, none, errNilRequest(req)
+	}
+	given := req.Fingerprint()
+	fp, err := given.Canonical()
+	return key, given, fp, err
 }
 
 // replayable returns nil when rec, the record a claim of key for given

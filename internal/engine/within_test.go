@@ -178,7 +178,7 @@ func TestSubmitTx(t *testing.T) {
 			says string
 		}{
 			{"error", func(context.Context, transfer) (transfer, error) { return transfer{}, boom }, boom, "request key k1: boom"},
-			{"another withdrawal", func(_ context.Context, r transfer) (transfer, error) { r.ID = "w-2"; return r, nil }, ErrOutcomeNotRecorded, "answer differs in WithdrawalID"},
+			{"another withdrawal", func(_ context.Context, r transfer) (transfer, error) { r.ID = "w-2"; return r, nil }, driver.ErrInvalidFingerprint, "answer differs in WithdrawalID"},
 		}
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {
@@ -226,6 +226,18 @@ func (p *ptrTx) Claim(ctx context.Context, tenant, key string, fp driver.Fingerp
 
 func (p *ptrTx) Settle(ctx context.Context, tenant, key string, token driver.Token, outcome *transfer) error {
 	return p.mapTx.Settle(ctx, tenant, key, token, *outcome)
+}
+
+func TestCheckTx(t *testing.T) {
+	ctx := context.Background()
+	require.NoError(t, CheckTx(ctx, "t", " k1 ", transfer{ID: "w-1"}))
+	assert.ErrorIs(t, CheckTx(ctx, "a\x00", "k1", transfer{ID: "w-1"}), ErrInvalidTenant)
+	assert.ErrorIs(t, CheckTx(ctx, "", "", transfer{ID: "w-1"}), ErrInvalidKey)
+	assert.ErrorIs(t, CheckTx(ctx, "", "k1", transfer{}), driver.ErrInvalidFingerprint)
+	assert.ErrorIs(t, CheckTx[*transfer](ctx, "", "k1", nil), driver.ErrInvalidFingerprint)
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	assert.ErrorIs(t, CheckTx(done, "", "k1", transfer{ID: "w-1"}), context.Canceled)
 }
 
 func mustCanonical(t *testing.T, r transfer) driver.Fingerprint {
