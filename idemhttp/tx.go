@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"unicode/utf8"
 
 	"github.com/idemledger/submissions"
 )
@@ -122,7 +123,8 @@ func InTx[T any](run Transactor[T], tenant func(*http.Request) string, write Wri
 // destination is "sha256:" and the hex SHA-256 of r's method, path, query
 // (its parameters sorted) and body. A JSON body is hashed as its decoded
 // value re-encoded, object members sorted, no spaces, numbers as written
-// (so "1.0" is not "1"); any other body as its bytes. Amount and currency
+// (so "1.0" is not "1"); any other body, or one not valid UTF-8, as its
+// bytes. Amount and currency
 // are fixed ("1", "REQ").
 func RequestFingerprint(key string, r *http.Request, body []byte) submissions.Fingerprint {
 	h := sha256.New()
@@ -136,8 +138,12 @@ func RequestFingerprint(key string, r *http.Request, body []byte) submissions.Fi
 }
 
 // canonicalBody is body as JSON re-encoded, members sorted, numbers as
-// written, or body itself when it is not one JSON value.
+// written, or body itself when it is not one JSON value or is not valid
+// UTF-8 (which decoding would make U+FFFD, so that two bodies became one).
 func canonicalBody(body []byte) []byte {
+	if !utf8.Valid(body) {
+		return body
+	}
 	d := json.NewDecoder(bytes.NewReader(body))
 	d.UseNumber()
 	var v any

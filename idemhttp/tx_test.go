@@ -207,4 +207,5 @@ func TestRequestFingerprint(t *testing.T) {
 	assert.NotEqual(t, fpOf("POST", "/sales?a=1&b=2", same[1]), fpOf("POST", "/sales?a=1&b=3", same[1]))
 	raw := fpOf("POST", "/x", "a b")
 	assert.NotEqual(t, raw, fpOf("POST", "/x", "a  b"), "a body that is not JSON is its bytes")
+	assert.NotEqual(t, fpOf("POST", "/x", "{\"a\":\"\xff\"}"), fpOf("POST", "/x", "{\"a\":\"\xfe\"}"), "a body not valid UTF-8 is its bytes")
 }

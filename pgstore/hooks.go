@@ -23,7 +23,11 @@ import (
 // wrapping the hook's (a panic goes on): a claim's is ErrStoreFailed, and
 // nothing is sent; a send's outcome's is ErrOutcomeNotRecorded, the answer
 // returned and the key left in flight, its rows as the claim left them; a
-// Resolve's or Release's is ErrStoreFailed. A hook runs for every ledger and
+// release's, after a send that moved nothing, is ErrStoreFailed (the claim
+// left in flight, abandoned, for an operator); a Resolve's or an operator's
+// Release's is ErrStoreFailed. A change that the server rolled back to
+// break a deadlock, or for a serialization failure, is made again, up to
+// three times in all, hooks included. A hook runs for every ledger and
 // operator tool on a Store made with it, and only for them: a Store made
 // without the hooks over the same table changes claims without them. SubmitTx
 // and Submit run no hook: their work is the service's writes, in the same

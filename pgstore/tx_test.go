@@ -523,6 +523,91 @@ func TestSubmitTxRefusesWhatSubmitRefuses(t *testing.T) {
 	})
 }
 
+// TestSubmitChecksBeforeBegin: Submit refuses bad input before it takes a
+// connection, so a pool that is closed (or a server that is down) does not
+// hide the input's error behind a store failure.
+func TestSubmitChecksBeforeBegin(t *testing.T) {
+	f := newTxFixture(t, 1)
+	closed := testPool(t, 1)
+	closed.Close()
+	st, err := New[w](closed, WithTable(f.st.names.base))
+	require.NoError(t, err)
+	work, calls := f.work("req-1")
+	for _, c := range []struct {
+		name, tenant, key string
+		x                 w
+		want              error
+	}{
+		{"empty key", "", " ", newW("w-1"), submissions.ErrInvalidKey},
+		{"NUL in tenant", "t\x00", "req-1", newW("w-1"), submissions.ErrInvalidTenant},
+		{"empty withdrawal id", "", "req-1", newW(""), submissions.ErrInvalidFingerprint},
+	} {
+		_, _, err := Submit(bg, st, c.tenant, c.key, c.x, work)
+		assert.ErrorIs(t, err, c.want, c.name)
+		assert.NotErrorIs(t, err, submissions.ErrStoreFailed, c.name)
+	}
+	_, _, err = Submit(bg, st, "", "req-1", newW("w-1"), work)
+	require.ErrorIs(t, err, submissions.ErrStoreFailed, "good input on a closed pool")
+	assert.ErrorContains(t, err, "request key req-1: begin a transaction")
+	assert.Zero(t, calls.Load(), "work calls")
+}
+
+// TestSubmitIsReadCommitted: on a pool whose sessions default to REPEATABLE
+// READ, a Submit that waited on another's claim of its key still replays
+// that one's outcome once it commits, rather than failing to serialize.
+func TestSubmitIsReadCommitted(t *testing.T) {
+	pool := testPoolWith(t, 4, func(c *pgxpool.Config) {
+		c.ConnConfig.RuntimeParams["default_transaction_isolation"] = "repeatable read"
+	})
+	st := newTestStore[w](t, pool)
+	x := newW("w-1")
+	inWork, release := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int64
+	first := make(chan txResult, 1)
+	go func() {
+		out, replayed, err := Submit(bg, st, "", "req-1", x, func(ctx context.Context, tx pgx.Tx, x w) (w, error) {
+			calls.Add(1)
+			var level string
+			if err := tx.QueryRow(ctx, `SHOW transaction_isolation`).Scan(&level); err != nil {
+				return x, err
+			}
+			if level != "read committed" {
+				return x, fmt.Errorf("isolation %q", level)
+			}
+			close(inWork)
+			<-release
+			return sent(x, "0xtx"), nil
+		})
+		first <- txResult{out, replayed, err}
+	}()
+	select {
+	case <-inWork:
+	case r := <-first:
+		require.FailNow(t, "the first Submit returned before its work ran", "%+v", r)
+	}
+	second := make(chan txResult, 1)
+	go func() {
+		out, replayed, err := Submit(bg, st, "", "req-1", x, func(context.Context, pgx.Tx, w) (w, error) {
+			calls.Add(1)
+			return x, errors.New("the second work ran")
+		})
+		second <- txResult{out, replayed, err}
+	}()
+	watch := testPool(t, 1)
+	require.Eventually(t, func() bool {
+		var waiting bool
+		err := watch.QueryRow(bg, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%')`, st.names.table).Scan(&waiting)
+		return err == nil && waiting
+	}, 10*time.Second, 5*time.Millisecond, "the second Submit waits on the first's claim")
+	close(release)
+	r1, r2 := receive(t, first), receive(t, second)
+	require.NoError(t, r1.err)
+	require.NoError(t, r2.err, "the second, after the first committed")
+	assert.True(t, r2.replayed)
+	assert.Equal(t, r1.out, r2.out)
+	assert.Equal(t, int64(1), calls.Load(), "work calls")
+}
+
 // TestSubmitTxKeyInFlight: a key that a ledger's Submit claimed, its send
 // still running, is ErrSubmissionInFlight, and the transaction stays usable.
 func TestSubmitTxKeyInFlight(t *testing.T) {
@@ -710,6 +795,15 @@ func TestSubmitTxOutcomeIsTheKeysEverywhere(t *testing.T) {
 
 type driverRecord = driver.Record[w]
 
+func TestRetryable(t *testing.T) {
+	for code, want := range map[string]bool{"40P01": true, "40001": true, "23505": false, "57014": false} {
+		err := fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: code})
+		assert.Equal(t, want, retryable(err), code)
+	}
+	assert.False(t, retryable(errors.New("40P01")), "not a server's error")
+	assert.False(t, retryable(nil))
+}
+
 // hooksFixture is a ledger's table beside the service's withdrawals table,
 // whose state the hooks move.
 type hooksFixture struct {
@@ -867,6 +961,59 @@ func TestHooks(t *testing.T) {
 		_, ok, err := ledger.Outcome(bg, "req-1")
 		require.NoError(t, err)
 		assert.False(t, ok, "an outcome recorded")
+	})
+	t.Run("a Settled hook that fails in Resolve", func(t *testing.T) {
+		f := newHooksFixture(t)
+		h := f.hooks()
+		settled := h.Settled
+		fail := true
+		h.Settled = func(ctx context.Context, tx pgx.Tx, tenant, key string, rec driverRecord) error {
+			if fail {
+				return errHook
+			}
+			return settled(ctx, tx, tenant, key, rec)
+		}
+		ledger := f.ledger(t, h, "w-1")
+		_, err := ledger.Submit(bg, "req-1", newW("w-1"), func(context.Context, w) (w, error) { return w{}, errors.New("timeout") })
+		require.ErrorIs(t, err, submissions.ErrOutcomeUnknown)
+		err = ledger.Resolve(bg, "req-1", sent(newW("w-1"), "0xfound"))
+		require.ErrorIs(t, err, errHook)
+		assert.Equal(t, "sending", f.state(t, "w-1"))
+		_, ok, err := ledger.Outcome(bg, "req-1")
+		require.NoError(t, err)
+		assert.False(t, ok, "an outcome recorded")
+		fail = false
+		require.NoError(t, ledger.Resolve(bg, "req-1", sent(newW("w-1"), "0xfound")), "resolved again")
+		assert.Equal(t, "sent", f.state(t, "w-1"))
+	})
+	t.Run("a Released hook that fails", func(t *testing.T) {
+		f := newHooksFixture(t)
+		h := f.hooks()
+		released := h.Released
+		fail := true
+		h.Released = func(ctx context.Context, tx pgx.Tx, tenant, key string, rec driverRecord) error {
+			if fail {
+				return errHook
+			}
+			return released(ctx, tx, tenant, key, rec)
+		}
+		ledger := f.ledger(t, h, "w-1")
+		_, err := ledger.Submit(bg, "req-1", newW("w-1"), func(context.Context, w) (w, error) {
+			return w{}, fmt.Errorf("declined: %w", submissions.ErrNotSent)
+		})
+		require.ErrorIs(t, err, errHook)
+		require.ErrorIs(t, err, submissions.ErrStoreFailed)
+		assert.NotErrorIs(t, err, submissions.ErrNotSent, "the claim was not released")
+		assert.ErrorContains(t, err, "send moved nothing", "the rail's word is kept")
+		assert.Equal(t, "sending", f.state(t, "w-1"), "the claim stands, and its state")
+		claims, err := ledger.Admin().InFlight(bg, admin.InFlightQuery{})
+		require.NoError(t, err)
+		require.Len(t, claims, 1, "the claim is the operator's to close")
+		assert.True(t, claims[0].Abandoned, "abandoned")
+		fail = false
+		require.NoError(t, ledger.Admin().ReleaseClaim(bg, claims[0]))
+		assert.Equal(t, "approved", f.state(t, "w-1"), "released by the operator")
+		requireNoClaim(t, ledger, "w-1")
 	})
 	t.Run("a hook that panics", func(t *testing.T) {
 		f := newHooksFixture(t)
