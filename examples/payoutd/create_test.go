@@ -107,7 +107,7 @@ func TestCreateWithKey(t *testing.T) {
 			before := withdrawalCount(t, a, db)
 			res := createKeyed(t, a, "", "create-2", `{"amount":"26.00","currency":"USDC","destination":"0xdest"}`)
 			p := res.problemOf(t, http.StatusUnprocessableEntity, idemhttp.TypeKeyReused)
-			assert.Contains(t, p["detail"], "another method, path or body")
+			assert.Contains(t, p["detail"], "another method, path, query or body")
 			assert.Equal(t, before, withdrawalCount(t, a, db), "nothing created")
 			again := createKeyed(t, a, "", "create-2", createBody)
 			require.Equal(t, http.StatusCreated, again.status)
