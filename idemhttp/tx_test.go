@@ -172,6 +172,29 @@ func TestInTx(t *testing.T) {
 		assert.Equal(t, idemhttp.TypeBodyTooLarge, problemType(t, w))
 		assert.Equal(t, 3, l.writes)
 	})
+	t.Run("a status outside 200 to 599 is an error", func(t *testing.T) {
+		var sl txLedger
+		h := idemhttp.InTx(sl.run, nil, func(_ context.Context, writes *int, r *http.Request, _ []byte) (int, any, error) {
+			var status int
+			_, err := fmt.Sscan(r.URL.Query().Get("status"), &status)
+			*writes++
+			return status, "ok", err
+		})
+		for status, kept := range map[int]bool{199: false, 200: true, 599: true, 600: false} {
+			r := httptest.NewRequest(http.MethodPost, fmt.Sprintf("/x?status=%d", status), nil)
+			r.Header.Set("Idempotency-Key", fmt.Sprint("k", status))
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			_, ok := sl.outcomes[fmt.Sprint("/k", status)]
+			assert.Equal(t, kept, ok, "status %d kept", status)
+			if kept {
+				assert.Equal(t, status, w.Code)
+			} else {
+				assert.Equal(t, http.StatusInternalServerError, w.Code, "status %d", status)
+			}
+		}
+		assert.Equal(t, 2, sl.writes)
+	})
 	t.Run("nil tenant func is the default tenant", func(t *testing.T) {
 		h := idemhttp.InTx(l.run, nil, record)
 		r := httptest.NewRequest(http.MethodPost, "/sales", strings.NewReader(`{"customer":"c9","amount":"1"}`))

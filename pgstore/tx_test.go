@@ -1035,6 +1035,24 @@ func TestHooks(t *testing.T) {
 		requireNoClaim(t, ledger, "w-1")
 		assert.Zero(t, f.pool.Stat().AcquiredConns(), "connections taken")
 	})
+	t.Run("a Claimed or Settled hook makes claims and settles alone", func(t *testing.T) {
+		nop := func(context.Context, pgx.Tx, string, string, driverRecord) error { return nil }
+		for _, c := range []struct {
+			name    string
+			h       Hooks[w]
+			grouped bool
+		}{
+			{"none", Hooks[w]{}, true},
+			{"Released", Hooks[w]{Released: nop}, true},
+			{"Claimed", Hooks[w]{Claimed: nop}, false},
+			{"Settled", Hooks[w]{Settled: nop}, false},
+			{"both", Hooks[w]{Claimed: nop, Settled: nop}, false},
+		} {
+			st, err := New[w](&pgxpool.Pool{}, WithHooks(c.h))
+			require.NoError(t, err)
+			assert.Equal(t, c.grouped, st.grouped, c.name)
+		}
+	})
 	t.Run("New refuses hooks of another type", func(t *testing.T) {
 		_, err := New[w](&pgxpool.Pool{}, WithHooks(Hooks[withdrawal]{}))
 		require.Error(t, err)
