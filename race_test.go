@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -27,19 +28,25 @@ func TestMain(m *testing.M) {
 const racers = 64
 
 // race runs call(i) for i in [0, racers) on goroutines released together,
-// and returns their errors. The rail's send waits for release, which closes
-// once all but one of the calls have returned.
-func race(call func(i int, rail func(context.Context, withdrawal) (withdrawal, error)) error) (errs []error, sends int64) {
+// and returns their errors. The rail's first send waits for release, which
+// closes once all but one of the calls have returned; any later send
+// returns at once, so that a ledger that lets two callers send fails the
+// count rather than hanging. A call that has not returned 30 seconds after
+// the others fails t.
+func race(t *testing.T, call func(i int, rail func(context.Context, withdrawal) (withdrawal, error)) error) (errs []error, sends int64) {
+	t.Helper()
 	var (
 		count   atomic.Int64
 		ready   sync.WaitGroup
 		start   = make(chan struct{})
 		release = make(chan struct{})
 		results = make(chan error, racers)
+		open    = sync.OnceFunc(func() { close(release) })
 	)
 	rail := func(_ context.Context, w withdrawal) (withdrawal, error) {
-		count.Add(1)
-		<-release
+		if count.Add(1) == 1 {
+			<-release
+		}
 		w.State, w.TxHash = "sent", "0xtx"
 		return w, nil
 	}
@@ -54,19 +61,41 @@ func race(call func(i int, rail func(context.Context, withdrawal) (withdrawal, e
 	ready.Wait()
 	close(start)
 	for len(errs) < racers {
-		errs = append(errs, <-results)
+		select {
+		case err := <-results:
+			errs = append(errs, err)
+		case <-time.After(30 * time.Second):
+			open() // let the calls end, for goleak
+			require.FailNow(t, "calls still running after 30s", "%d of %d returned, %d sends", len(errs), racers, count.Load())
+		}
 		if len(errs) == racers-1 {
-			close(release)
+			open()
 		}
 	}
 	return errs, count.Load()
+}
+
+// TestRaceCountsASecondSend: race returns, with both sends counted, when
+// two of its calls send, rather than waiting for a release that the first
+// send holds.
+func TestRaceCountsASecondSend(t *testing.T) {
+	var n atomic.Int64
+	errs, sends := race(t, func(_ int, rail func(context.Context, withdrawal) (withdrawal, error)) error {
+		if n.Add(1) <= 2 {
+			_, err := rail(bg, newWithdrawal("w-1"))
+			return err
+		}
+		return nil
+	})
+	assert.Len(t, errs, racers)
+	assert.Equal(t, int64(2), sends)
 }
 
 func TestConcurrentTapsOfOneKeySendOnce(t *testing.T) {
 	for name, s := range ledgers[withdrawal]() {
 		t.Run(name, func(t *testing.T) {
 			w := newWithdrawal("w-1")
-			errs, sends := race(func(_ int, rail func(context.Context, withdrawal) (withdrawal, error)) error {
+			errs, sends := race(t, func(_ int, rail func(context.Context, withdrawal) (withdrawal, error)) error {
 				_, err := s.Submit(bg, "tap-1", w, rail)
 				return err
 			})
@@ -87,7 +116,7 @@ func TestConcurrentKeysForOneWithdrawalSendOnce(t *testing.T) {
 	for name, s := range ledgers[withdrawal]() {
 		t.Run(name, func(t *testing.T) {
 			w := newWithdrawal("w-1")
-			errs, sends := race(func(i int, rail func(context.Context, withdrawal) (withdrawal, error)) error {
+			errs, sends := race(t, func(i int, rail func(context.Context, withdrawal) (withdrawal, error)) error {
 				_, err := s.Submit(bg, fmt.Sprint("client-", i), w, rail)
 				return err
 			})
