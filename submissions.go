@@ -88,7 +88,7 @@ func ValidateTenant(id string) error {
 // Admin returns the operator's side of the ledger (see package admin): it
 // works across tenants, so a tenant's view returns the whole ledger's.
 func (s *Submissions[R]) Admin() *admin.Admin[R] {
-	return admin.New(s.ledger())
+	return (*admin.Admin[R])(engine.NewAdminState(s.ledger(), admin.DefaultMinRetention))
 }
 
 // ledger returns the engine the ledger shares with its views; a zero value

@@ -146,7 +146,7 @@ func (a *Admin[R]) Resolve(ctx context.Context, t Target, outcome R) Result {
 			return res
 		}
 	}
-	err := a.l.Resolve(ctx, r.Claim.Tenant, r.Claim.Key, rec.Token, outcome)
+	err := a.state().Ledger().Resolve(ctx, r.Claim.Tenant, r.Claim.Key, rec.Token, outcome)
 	switch {
 	case err == nil && rec.Done:
 		r.Decision = Unchanged
@@ -199,7 +199,7 @@ func (a *Admin[R]) Release(ctx context.Context, t Target) Result {
 	if res, refused := mayRun(r, found, t, "releasing it could send the withdrawal twice"); refused {
 		return res
 	}
-	err := a.l.Release(ctx, r.Claim.Tenant, r.Claim.Key, rec.Token)
+	err := a.state().Ledger().Release(ctx, r.Claim.Tenant, r.Claim.Key, rec.Token)
 	if err == nil {
 		r.Decision = Changed
 		r.Message = fmt.Sprintf("released request key %s (token %d): withdrawal %s may be sent again", r.Claim.Key, rec.Token, rec.Fingerprint.WithdrawalID)
@@ -211,7 +211,7 @@ func (a *Admin[R]) Release(ctx context.Context, t Target) Result {
 // look checks t and finds its key's record, filling r's claim; it returns
 // false with r decided when the action ends there.
 func (a *Admin[R]) look(ctx context.Context, t Target, r *Result) (engine.Looked[R], bool) {
-	found, err := a.l.Look(ctx, t.Tenant, t.Key)
+	found, err := a.state().Ledger().Look(ctx, t.Tenant, t.Key)
 	if found.Key != "" {
 		r.Claim.Key = found.Key
 	}

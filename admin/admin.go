@@ -57,8 +57,9 @@ var (
 	ErrInvalidOutcome = errors.New("invalid outcome")
 )
 
-// DefaultMinRetention is the minimum retention of the Admin that New
-// returns: Prune refuses a horizon later than this long ago.
+// DefaultMinRetention is the minimum retention of the Admin that
+// submissions.Submissions.Admin returns: Prune refuses a horizon later than
+// this long ago.
 const DefaultMinRetention = 24 * time.Hour
 
 // Admin is the operator's side of a ledger: calls across tenants (listing
@@ -70,27 +71,20 @@ const DefaultMinRetention = 24 * time.Hour
 // An Admin is safe for concurrent use, and several Admins, on one ledger or
 // on ledgers sharing a store, may act on the same claims at once: an action
 // on a claim that another has closed meanwhile changes nothing.
-type Admin[R driver.Fingerprinter] struct {
-	l            *engine.Ledger[R]
-	minRetention time.Duration // Prune refuses a horizon later than this long ago
-	check        func(R) error // the service's rules for an outcome; nil for none
-}
+//
+// A ledger's Admin method returns its Admin; an Admin made otherwise (its
+// zero value) acts on no ledger and panics when used.
+type Admin[R driver.Fingerprinter] engine.AdminState[R]
 
-// New returns the operator's side of the ledger l, with the minimum
-// retention DefaultMinRetention. It is how submissions.Submissions.Admin
-// makes one: call that.
-func New[R driver.Fingerprinter](l *engine.Ledger[R]) *Admin[R] {
-	return &Admin[R]{l: l, minRetention: DefaultMinRetention}
-}
+// state returns what a holds.
+func (a *Admin[R]) state() *engine.AdminState[R] { return (*engine.AdminState[R])(a) }
 
 // WithMinRetention returns a copy of a whose Prune refuses a horizon later
 // than d ago; 0 or less allows any horizon up to now. a is unchanged. Go
 // below DefaultMinRetention only knowing that a client retrying a key
 // settled since the horizon gets ErrPruned instead of its outcome.
 func (a *Admin[R]) WithMinRetention(d time.Duration) *Admin[R] {
-	c := *a
-	c.minRetention = d
-	return &c
+	return (*Admin[R])(a.state().WithMinRetention(d))
 }
 
 // WithOutcomeCheck returns a copy of a whose Resolve, ResolveClaim and
@@ -98,19 +92,17 @@ func (a *Admin[R]) WithMinRetention(d time.Duration) *Admin[R] {
 // service's own rules: say, a "sent" without its transaction), as they
 // refuse an invalid fingerprint; nil checks nothing more. a is unchanged.
 func (a *Admin[R]) WithOutcomeCheck(check func(outcome R) error) *Admin[R] {
-	c := *a
-	c.check = check
-	return &c
+	return (*Admin[R])(a.state().WithCheck(check))
 }
 
 // checkOutcome returns the error of an outcome that is no outcome: nil, of
 // an invalid fingerprint, or refused by the Admin's check.
 func (a *Admin[R]) checkOutcome(outcome R) error {
-	if _, err := a.l.Fingerprint(outcome); err != nil {
+	if _, err := a.state().Ledger().Fingerprint(outcome); err != nil {
 		return err
 	}
-	if a.check != nil {
-		if err := a.check(outcome); err != nil {
+	if check := a.state().Check(); check != nil {
+		if err := check(outcome); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidOutcome, err)
 		}
 	}
@@ -226,7 +218,7 @@ func (a *Admin[R]) list(ctx context.Context, q driver.ListQuery) ([]Claim, error
 	case q.Limit > MaxListLimit:
 		q.Limit = MaxListLimit
 	}
-	listed, err := a.l.List(ctx, q)
+	listed, err := a.state().Ledger().List(ctx, q)
 	if err != nil {
 		return nil, err
 	}
@@ -256,7 +248,7 @@ func (a *Admin[R]) ResolveClaim(ctx context.Context, c Claim, outcome R) error {
 	if err := a.checkOutcome(outcome); err != nil {
 		return err
 	}
-	return a.l.Resolve(ctx, c.Tenant, c.Key, c.Token, outcome)
+	return a.state().Ledger().Resolve(ctx, c.Tenant, c.Key, c.Token, outcome)
 }
 
 // ReleaseClaim drops the claim c, a claim listed by InFlight, as Release
@@ -275,7 +267,7 @@ func (a *Admin[R]) ReleaseClaim(ctx context.Context, c Claim) error {
 	if err := check(c); err != nil {
 		return err
 	}
-	return a.l.Release(ctx, c.Tenant, c.Key, c.Token)
+	return a.state().Ledger().Release(ctx, c.Tenant, c.Key, c.Token)
 }
 
 // check returns the error of a claim whose tenant or key is invalid, or
@@ -487,12 +479,12 @@ func (a *Admin[R]) Prune(ctx context.Context, before time.Time, batch int) (int,
 	switch {
 	case before.After(now):
 		return 0, fmt.Errorf("%w: %s is in the future", ErrHorizonTooRecent, before.UTC().Format(time.RFC3339Nano))
-	case before.After(now.Add(-a.minRetention)):
+	case before.After(now.Add(-a.state().MinRetention())):
 		return 0, fmt.Errorf("%w: %s is later than the minimum retention, %v, ago", ErrHorizonTooRecent,
-			before.UTC().Format(time.RFC3339Nano), a.minRetention)
+			before.UTC().Format(time.RFC3339Nano), a.state().MinRetention())
 	}
 	if batch <= 0 {
 		batch = DefaultPruneBatch
 	}
-	return a.l.Prune(ctx, before, batch)
+	return a.state().Ledger().Prune(ctx, before, batch)
 }
