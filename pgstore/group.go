@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemledger/submissions/driver"
 )
@@ -356,22 +355,13 @@ func (s *Store[R]) settleGroup(ctx context.Context, calls []*call[settleReq, set
 	}
 }
 
-// deadlocked reports the server's error for a statement it rolled back to
-// break a deadlock: a claim made alone can meet a group's rows in another
-// order than its own.
-func deadlocked(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "40P01"
-}
-
 // groupFailed is a grouped claim's answer when its group's statement failed
 // with err: errAlone when the server refused the statement (an ERROR: nothing
 // of it was written, and the claim is made alone), and otherwise the error,
 // translated: a connection that failed, or a session the server ended
 // (FATAL, as when it shuts down, maybe after its commit), may have written it.
 func groupFailed(err, translated error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && cmp.Or(pgErr.SeverityUnlocalized, pgErr.Severity) == "ERROR" {
+	if refused(err) {
 		return fmt.Errorf("%w: %w", errAlone, err)
 	}
 	return translated

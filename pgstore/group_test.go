@@ -3,7 +3,6 @@ package pgstore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -443,8 +442,6 @@ func TestAGroupFailingOnTheServerLeavesItsClaimsAlone(t *testing.T) {
 	server := &pgconn.PgError{Severity: "ERROR", Code: "40P01", Message: "deadlock detected"}
 	assert.ErrorIs(t, groupFailed(server, server), errAlone)
 	assert.ErrorIs(t, groupFailed(server, server), server, "the server's error stays")
-	assert.True(t, deadlocked(fmt.Errorf("claim: %w", server)))
-	assert.False(t, deadlocked(&pgconn.PgError{Code: "23505"}))
 	conn := errors.New("connection reset")
 	assert.Same(t, conn, groupFailed(conn, conn))
 	ended := &pgconn.PgError{Severity: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"}

@@ -91,8 +91,8 @@ func (s *Store[R]) Claim(ctx context.Context, tenant, key string, fp driver.Fing
 				return driver.Record[R]{}, false, &driver.ConflictError{Tenant: tenant, Holder: holder, Key: key, WithdrawalID: fp.WithdrawalID, Pruned: pruned}
 			}
 			continue // released meanwhile: try again
-		case errors.Is(err, errAlone), deadlocked(err):
-			continue // not made by its group, or rolled back to break a deadlock with one: made alone
+		case errors.Is(err, errAlone), retryable(err) && s.hooks.Claimed == nil:
+			continue // not made by its group, or rolled back to break a deadlock with one: made alone (hooked retries its own)
 		}
 		return driver.Record[R]{}, false, err
 	}

@@ -85,7 +85,7 @@ type Store[R any] struct {
 type statements struct {
 	insert, lookup, claimedBy, settle, release, abandon, holder, prune string
 	insertGroup, settleGroup                                           string // grouped claims' and settles'
-	insertTx, settleTx, dropTx                                         string // SubmitTx's, in its caller's transaction
+	insertTx, settleTx                                                 string // SubmitTx's, in its caller's transaction
 	channel, relock                                                    string // the wait listener's
 	lock, upToDate                                                     string // Migrate's
 }
@@ -309,7 +309,6 @@ RETURNING claim_id`,
 		// no notification.
 		settleTx: `UPDATE ` + table + ` SET outcome = $4, settled_at = now()
 WHERE tenant = $1 AND request_key = $2 AND claim_id = $3 AND outcome IS NULL`,
-		dropTx:    `DELETE FROM ` + table + ` WHERE tenant = $1 AND request_key = $2 AND claim_id = $3 AND outcome IS NULL`,
 		lookup:    `SELECT ` + cols + ` FROM ` + table + ` WHERE tenant = $1 AND request_key = $2`,
 		claimedBy: `SELECT request_key FROM ` + table + ` WHERE tenant = $1 AND withdrawal_id = $2`,
 		// After a claim lost on the withdrawal: the key's row and the

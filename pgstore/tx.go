@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,16 +28,18 @@ import (
 // Submit answers it, work not called: the outcome replayed, or
 // ErrIdempotencyConflict, ErrSubmissionInFlight, ErrPruned; a withdrawal
 // another key holds is a *ConflictError. None of these is a failed
-// statement: tx stays usable. Bad input gets Submit's errors, nothing
+// statement, and tx is as it was. Bad input gets Submit's errors, nothing
 // written.
 //
-// When work returns an error, panics or answers for another withdrawal, the
-// claim is deleted from tx before the error (or the panic) goes on; the
-// caller must roll tx back, which undoes work's writes. Any error leaves tx
-// to be rolled back. tx must be READ COMMITTED (PostgreSQL's default): in a
-// stricter one, a claim committed by another transaction after tx began is
-// a serialization failure (SQLSTATE 40001) that aborts tx. A nil tx, or one
-// that has ended or is aborted, is an error, and nothing is claimed.
+// When work returns an error, panics or answers for another withdrawal, or
+// the outcome cannot be written, tx is aborted before the error (or the
+// panic) goes on: the caller rolls it back (or back to a savepoint that tx
+// began after), and a commit of it rolls back too (pgx.ErrTxCommitRollback),
+// so that neither the claim nor work's writes stand. tx must be READ
+// COMMITTED (PostgreSQL's default): in a stricter one, a claim committed by
+// another transaction after tx began is a serialization failure (SQLSTATE
+// 40001) that aborts tx. A nil tx, or one that has ended or is aborted, is
+// an error, and nothing is claimed.
 func SubmitTx[R driver.Fingerprinter](ctx context.Context, s *Store[R], tx pgx.Tx, tenant, key string, req R,
 	work func(ctx context.Context, tx pgx.Tx, req R) (R, error)) (out R, replayed bool, err error) {
 	switch {
@@ -55,9 +58,10 @@ func SubmitTx[R driver.Fingerprinter](ctx context.Context, s *Store[R], tx pgx.T
 // Submit is SubmitTx in a READ COMMITTED transaction of its own on s's
 // pool: it checks its input, begins the transaction, runs SubmitTx in it
 // and commits it, or rolls it back on any error or panic. A commit that
-// fails is ErrStoreFailed; but for one the server rolled back, it may have
-// committed or not: a retry under the same key gets the outcome, or does
-// the work. The commit is not cut short by ctx (see endTimeout).
+// fails is ErrStoreFailed; but for one the server answered with an ERROR
+// (it rolled back), it may have committed or not: a retry under the same
+// key gets the outcome, or does the work. The commit is not cut short by
+// ctx (see endTimeout).
 func Submit[R driver.Fingerprinter](ctx context.Context, s *Store[R], tenant, key string, req R,
 	work func(ctx context.Context, tx pgx.Tx, req R) (R, error)) (out R, replayed bool, err error) {
 	if s == nil {
@@ -99,7 +103,8 @@ var readCommitted = pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
 // context that the caller's ending does not cancel, because a cancel
 // request sent to a commit under way would cancel its wait for a
 // synchronous standby, and the commit could then stand on the primary
-// alone.
+// alone. When the bound itself ends a commit, pgx sends that cancel
+// request: the commit may then stand or not, and says so.
 const endTimeout = 10 * time.Second
 
 // commit commits tx, however ctx ends meanwhile, within endTimeout; it says
@@ -107,13 +112,24 @@ const endTimeout = 10 * time.Second
 func commit(ctx context.Context, tx pgx.Tx) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
 	defer cancel()
-	switch err := tx.Commit(cctx); {
-	case errors.Is(err, pgx.ErrTxCommitRollback):
+	err := tx.Commit(cctx)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, pgx.ErrTxCommitRollback), refused(err):
 		return fmt.Errorf("commit rolled back: %w", err)
-	case err != nil:
-		return fmt.Errorf("commit, which may or may not stand: %w", err)
 	}
-	return nil
+	return fmt.Errorf("commit, which may or may not stand: %w", err)
+}
+
+// refused reports the answer of a server that refused a statement with an
+// ERROR, which writes nothing of it; for a COMMIT (a deferred constraint, a
+// serialization failure), the transaction rolled back. A FATAL is not one:
+// a server shutting down ends the session of a statement, or a commit, that
+// may have been made while it waited for a synchronous standby.
+func refused(err error) bool {
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	return ok && cmp.Or(pgErr.SeverityUnlocalized, pgErr.Severity) == "ERROR"
 }
 
 // isNilTx reports a nil tx, or an interface holding a nil pointer.
@@ -184,11 +200,16 @@ func (c inTx[R]) Settle(ctx context.Context, tenant, key string, token driver.To
 	return nil
 }
 
-// Drop deletes the row of token that Claim inserted.
-func (c inTx[R]) Drop(ctx context.Context, tenant, key string, token driver.Token) error {
-	_, err := c.tx.Exec(ctx, c.s.sql.dropTx, tenant, key, int64(token))
+// Abort makes the server raise an error in tx, which aborts it: a COMMIT
+// of it then rolls back.
+func (c inTx[R]) Abort(ctx context.Context) error {
+	_, err := c.tx.Exec(ctx, abortTx)
 	return err
 }
+
+// abortTx is Abort's statement. It fails by design; its text is what the
+// server logs.
+const abortTx = `DO $$BEGIN RAISE EXCEPTION 'submissions: the claim of this transaction has no outcome: roll it back'; END$$`
 
 // txFailed names the errors of a caller's transaction that cannot take a
 // statement: one that has ended, and one that an earlier error aborted.

@@ -86,6 +86,17 @@ func (f *txFixture) requireWritten(t *testing.T, key string, sales int, due stri
 	assert.Equal(t, due, got, "total due")
 }
 
+// end ends tx, aborted by SubmitTx: a "commit" rolls back as a
+// "rollback" does.
+func (f *txFixture) end(t *testing.T, tx pgx.Tx, end string) {
+	t.Helper()
+	if end == "commit" {
+		require.ErrorIs(t, tx.Commit(bg), pgx.ErrTxCommitRollback, "an aborted transaction does not commit")
+		return
+	}
+	require.NoError(t, tx.Rollback(bg))
+}
+
 // requireUnclaimed stops t unless neither key nor withdrawal id has a row.
 func (f *txFixture) requireUnclaimed(t *testing.T, key, id string) {
 	t.Helper()
@@ -378,12 +389,8 @@ func TestSubmitTxWorkFails(t *testing.T) {
 				})
 				require.ErrorIs(t, err, c.want)
 				require.Equal(t, int64(1), calls.Load())
-				if end == "commit" {
-					require.NoError(t, tx.Commit(bg))
-				} else {
-					require.NoError(t, tx.Rollback(bg))
-					f.requireWritten(t, "req-1", 0, "0")
-				}
+				f.end(t, tx, end)
+				f.requireWritten(t, "req-1", 0, "0")
 				f.requireUnclaimed(t, "req-1", x.ID)
 			})
 		}
@@ -399,15 +406,28 @@ func TestSubmitTxWorkFails(t *testing.T) {
 					panic("work panicked")
 				})
 			})
-			if end == "commit" {
-				require.NoError(t, tx.Commit(bg))
-			} else {
-				require.NoError(t, tx.Rollback(bg))
-				f.requireWritten(t, "req-1", 0, "0")
-			}
+			f.end(t, tx, end)
+			f.requireWritten(t, "req-1", 0, "0")
 			f.requireUnclaimed(t, "req-1", x.ID)
 		})
 	}
+	t.Run("in a savepoint, rolled back to", func(t *testing.T) {
+		f := newTxFixture(t, 4)
+		tx := f.begin(t)
+		f.exec(t, tx, `UPDATE `+f.customers+` SET total_due = 7 WHERE id = 1`)
+		sp, err := tx.Begin(bg)
+		require.NoError(t, err)
+		work, _ := f.work("req-1")
+		_, _, err = SubmitTx(bg, f.st, sp, "", "req-1", x, func(ctx context.Context, tx pgx.Tx, x w) (w, error) {
+			_, _ = work(ctx, tx, x)
+			return x, errRail
+		})
+		require.ErrorIs(t, err, errRail)
+		require.NoError(t, sp.Rollback(bg), "back to the savepoint")
+		require.NoError(t, tx.Commit(bg), "the writes before the savepoint commit")
+		f.requireWritten(t, "req-1", 0, "7")
+		f.requireUnclaimed(t, "req-1", x.ID)
+	})
 	t.Run("a statement of work fails", func(t *testing.T) {
 		f := newTxFixture(t, 4)
 		tx := f.begin(t)
@@ -448,7 +468,7 @@ func TestSubmitTxWorkFails(t *testing.T) {
 				return x, tx.Rollback(ctx)
 			})
 			require.ErrorContains(t, err, "cannot end the transaction", end)
-			require.NoError(t, tx.Commit(bg), "the transaction is the caller's still")
+			require.ErrorIs(t, tx.Commit(bg), pgx.ErrTxCommitRollback, "the transaction is the caller's still, and aborted")
 			f.requireUnclaimed(t, "req-1", x.ID)
 		}
 	})
@@ -610,6 +630,40 @@ func TestSubmitIsReadCommitted(t *testing.T) {
 
 // TestSubmitTxKeyInFlight: a key that a ledger's Submit claimed, its send
 // still running, is ErrSubmissionInFlight, and the transaction stays usable.
+// TestSubmitCommitRefused: a COMMIT that the server refuses (here a
+// deferred constraint that work's writes break) rolls back, and Submit says
+// so: the key stays free, and a retry does the work.
+func TestSubmitCommitRefused(t *testing.T) {
+	x := newW("w-1")
+	f := newTxFixture(t, 4)
+	f.exec(t, f.pool, `ALTER TABLE `+f.sales+` ADD CONSTRAINT one_sale UNIQUE (key) DEFERRABLE INITIALLY DEFERRED`)
+	work, calls := f.work("req-1")
+	twice := func(ctx context.Context, tx pgx.Tx, x w) (w, error) {
+		if _, err := work(ctx, tx, x); err != nil {
+			return x, err
+		}
+		return work(ctx, tx, x)
+	}
+	_, _, err := Submit(bg, f.st, "", "req-1", x, twice)
+	require.ErrorIs(t, err, submissions.ErrStoreFailed)
+	assert.ErrorContains(t, err, "commit rolled back")
+	assert.NotContains(t, err.Error(), "may or may not")
+	assert.Equal(t, int64(2), calls.Load())
+	f.requireWritten(t, "req-1", 0, "0")
+	f.requireUnclaimed(t, "req-1", x.ID)
+	_, replayed, err := Submit(bg, f.st, "", "req-1", x, work)
+	require.NoError(t, err)
+	assert.False(t, replayed)
+	f.requireWritten(t, "req-1", 1, "25.00")
+}
+
+func TestRefused(t *testing.T) {
+	assert.True(t, refused(fmt.Errorf("w: %w", &pgconn.PgError{SeverityUnlocalized: "ERROR", Code: "23505"})))
+	assert.True(t, refused(&pgconn.PgError{Severity: "ERROR", Code: "40P01"}), "a server before 9.6")
+	assert.False(t, refused(&pgconn.PgError{SeverityUnlocalized: "FATAL", Severity: "ERROR", Code: "57P01"}), "a session ended: the commit may stand")
+	assert.False(t, refused(errors.New("ERROR")))
+}
+
 func TestSubmitTxKeyInFlight(t *testing.T) {
 	f := newTxFixture(t, 4)
 	ledger := submissions.NewWithStore[w](f.st, submissions.WithLogger(quiet))
@@ -1014,6 +1068,54 @@ func TestHooks(t *testing.T) {
 		require.NoError(t, ledger.Admin().ReleaseClaim(bg, claims[0]))
 		assert.Equal(t, "approved", f.state(t, "w-1"), "released by the operator")
 		requireNoClaim(t, ledger, "w-1")
+	})
+	t.Run("a change the server rolled back for a deadlock is made again", func(t *testing.T) {
+		for _, fails := range []int{1, hookAttempts} {
+			t.Run(fmt.Sprint("fails ", fails), func(t *testing.T) {
+				f := newHooksFixture(t)
+				h := f.hooks()
+				claimed, calls := h.Claimed, 0
+				h.Claimed = func(ctx context.Context, tx pgx.Tx, tenant, key string, rec driverRecord) error {
+					calls++
+					if err := claimed(ctx, tx, tenant, key, rec); err != nil {
+						return err
+					}
+					if calls <= fails {
+						return &pgconn.PgError{Code: "40P01", Message: "deadlock detected"}
+					}
+					return nil
+				}
+				ledger := f.ledger(t, h, "w-1")
+				sends := 0
+				_, err := ledger.Submit(bg, "req-1", newW("w-1"), func(_ context.Context, x w) (w, error) { sends++; return sent(x, "0xtx"), nil })
+				if fails == hookAttempts {
+					require.ErrorIs(t, err, submissions.ErrStoreFailed)
+					assert.ErrorContains(t, err, "deadlock detected")
+					assert.Equal(t, hookAttempts, calls, "attempts")
+					assert.Zero(t, sends, "sends")
+					assert.Equal(t, "approved", f.state(t, "w-1"))
+					requireNoClaim(t, ledger, "w-1")
+					return
+				}
+				require.NoError(t, err)
+				assert.Equal(t, 2, calls, "attempts")
+				assert.Equal(t, 1, sends, "sends")
+				assert.Equal(t, "sent", f.state(t, "w-1"))
+			})
+		}
+	})
+	t.Run("a hook's error does not carry a ledger's class", func(t *testing.T) {
+		f := newHooksFixture(t)
+		h := f.hooks()
+		h.Settled = func(context.Context, pgx.Tx, string, string, driverRecord) error {
+			return fmt.Errorf("the service's own: %w", submissions.ErrNotSent)
+		}
+		ledger := f.ledger(t, h, "w-1")
+		_, err := ledger.Submit(bg, "req-1", newW("w-1"), func(_ context.Context, x w) (w, error) { return sent(x, "0xtx"), nil })
+		require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
+		assert.NotErrorIs(t, err, submissions.ErrNotSent, "the send moved money: its key stays in flight")
+		assert.ErrorContains(t, err, "the service's own: not sent", "the hook's text is kept")
+		assert.Equal(t, "sending", f.state(t, "w-1"))
 	})
 	t.Run("a hook that panics", func(t *testing.T) {
 		f := newHooksFixture(t)

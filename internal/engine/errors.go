@@ -34,10 +34,34 @@ func storeFailed(what, call string, cause error) error {
 	if ce, ok := errors.AsType[*driver.ConflictError](cause); ok {
 		return ce
 	}
+	cause = foreign(cause)
 	if what == "" {
 		return fmt.Errorf("%w: %s: %w", ErrStoreFailed, call, cause)
 	}
 	return fmt.Errorf("%w: %s: %s: %w", ErrStoreFailed, what, call, cause)
+}
+
+// classes are the errors that class a ledger call's outcome, which a Store
+// (and a hook it runs) never returns: see foreign.
+var classes = [...]error{
+	ErrInvalidKey, ErrInvalidTenant, ErrSubmissionInFlight, ErrAbandoned, ErrResolvedMeanwhile,
+	ErrReleasedMeanwhile, ErrUnknownKey, ErrStoreFailed, ErrNotSent, ErrOutcomeUnknown,
+	ErrOutcomeNotRecorded, ErrClaimChanged, ErrNotSupported, driver.ErrIdempotencyConflict,
+	driver.ErrPruned, driver.ErrInvalidFingerprint,
+}
+
+// foreign returns a Store's error as the cause a ledger error wraps: err
+// itself, unless errors.Is finds one of the ledger's classes in it, when
+// only its text is kept. A store's or a hook's error that wraps ErrNotSent,
+// say, would otherwise make a claim left in flight read as a send that
+// moved nothing.
+func foreign(err error) error {
+	for _, class := range classes {
+		if errors.Is(err, class) {
+			return errors.New(err.Error())
+		}
+	}
+	return err
 }
 
 // keyTaken is the error of a request key used for another withdrawal.

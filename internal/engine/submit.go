@@ -179,7 +179,7 @@ func (l *Ledger[R]) sendAndRecord(ctx context.Context, tenant, key string, snd d
 func unsettled[R any](rec *driver.Record[R], err error, out R) error {
 	switch {
 	case err != nil:
-		return fmt.Errorf("the store failed, and the answer may or may not stand: %w", err)
+		return fmt.Errorf("the store failed, and the answer may or may not stand: %w", foreign(err))
 	case rec.Pruned:
 		return fmt.Errorf("%w, and pruned", ErrResolvedMeanwhile)
 	case !rec.Done:
@@ -207,7 +207,7 @@ func (l *Ledger[R]) notSent(ctx context.Context, key string, snd driver.Send[R],
 	switch {
 	case err != nil:
 		l.abandon(ctx, snd)
-		return fmt.Errorf("%w: request key %s: send moved nothing (%v), and its claim could not be released: %w", ErrStoreFailed, key, cause, err)
+		return fmt.Errorf("%w: request key %s: send moved nothing (%v), and its claim could not be released: %w", ErrStoreFailed, key, cause, foreign(err))
 	case released:
 		return fmt.Errorf("request key %s: claim released: %w", key, cause)
 	case rec.Pruned:

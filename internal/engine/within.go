@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/idemledger/submissions/driver"
@@ -18,22 +19,23 @@ type Tx[R any] interface {
 	// Settle records outcome on the claim token that Claim made in the
 	// transaction.
 	Settle(ctx context.Context, tenant, key string, token driver.Token, outcome R) error
-	// Drop deletes the claim token that Claim made in the transaction, so
-	// that the transaction, even if committed, leaves no claim in flight.
-	Drop(ctx context.Context, tenant, key string, token driver.Token) error
+	// Abort leaves the transaction unable to commit, after a claim whose
+	// outcome will not be written: a commit of it rolls back, so that
+	// neither the claim nor the work's writes stand. It is called even
+	// when ctx has ended.
+	Abort(ctx context.Context) error
 }
 
 // SubmitTx is Submit with work in place of send, in tx: the key's claim,
 // work's own writes (work is given the same transaction by its caller) and
 // the outcome are written in one transaction, and stand or fall with it. A
 // key that has a record is answered as Submit answers it (a replay, or the
-// refusal), and work is not called. An error of work, a panic, or an answer
-// for another withdrawal (ErrInvalidFingerprint, naming the fields that
-// differ: once the transaction rolls back, nothing moved) drops the claim
-// before the error (or the panic)
-// goes on, as does a failure to record the outcome, so that no claim in
-// flight outlives the transaction; its caller must roll it back, which
-// undoes work's writes.
+// refusal), and work is not called. After an error of work, a panic, an
+// answer for another withdrawal (ErrInvalidFingerprint, naming the fields
+// that differ) or a failure to record the outcome, the transaction is
+// aborted before the error (or the panic) goes on: its caller rolls it back,
+// and a commit would roll back too, so that neither the claim nor work's
+// writes stand, and a retry under the key does the work again.
 func SubmitTx[R driver.Fingerprinter](ctx context.Context, tx Tx[R], tenant, key string, req R,
 	work func(ctx context.Context, req R) (R, error)) (out R, replayed bool, err error) {
 	var zero R
@@ -51,16 +53,16 @@ func SubmitTx[R driver.Fingerprinter](ctx context.Context, tx Tx[R], tenant, key
 		}
 		return rec.Outcome, true, nil
 	}
-	// Until the outcome is written, the claim is deleted on the way out, even
-	// when ctx has ended (work may have given up without a failed statement)
-	// or work panicked (the panic goes on): a transaction committed after a
-	// failure leaves no claim in flight.
+	// Until the outcome is written, the transaction is aborted on the way
+	// out, even when ctx has ended (work may have given up without a failed
+	// statement) or work panicked (the panic goes on): work's writes must
+	// not commit without the key's outcome.
 	settled := false
 	defer func() {
 		if !settled {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
+			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
 			defer cancel()
-			_ = tx.Drop(dctx, tenant, key, rec.Token) // fails only in a transaction that cannot commit
+			_ = tx.Abort(actx) // fails only in a transaction that cannot commit
 		}
 	}()
 	out = req
@@ -69,7 +71,7 @@ func SubmitTx[R driver.Fingerprinter](ctx context.Context, tx Tx[R], tenant, key
 	}
 	switch {
 	case err == nil && nilable[R]() && isNil(out):
-		err = fmt.Errorf("request key %s: %w", key, errNilAnswer)
+		err = fmt.Errorf("request key %s: %w", key, errNilWork)
 	case err != nil:
 		err = fmt.Errorf("request key %s: %w", key, err)
 	default:
@@ -88,6 +90,9 @@ func SubmitTx[R driver.Fingerprinter](ctx context.Context, tx Tx[R], tenant, key
 	settled = true
 	return out, false, nil
 }
+
+// errNilWork is the error of a work that answered with a nil pointer.
+var errNilWork = errors.New("work answered nil")
 
 // CheckTx returns the error SubmitTx would return for its input before it
 // claims: a tenant, key or request that is not valid, or ctx done.

@@ -13,19 +13,27 @@ import (
 )
 
 // mapTx is a Tx over a mapStore, as if every call were in one transaction
-// that commits: a claim stands until it is settled or dropped. Its failures
+// that commits: a claim stands until it is settled or the transaction aborted. Its failures
 // are set per call.
 type mapTx struct {
 	*mapStore
 	claimErr, settleErr error
-	dropped             int
+	aborted             int
+	made                map[string]driver.Token // the claims made, by key
 }
 
 func (m *mapTx) Claim(ctx context.Context, tenant, key string, fp driver.Fingerprint) (driver.Record[transfer], bool, error) {
 	if m.claimErr != nil {
 		return driver.Record[transfer]{}, false, m.claimErr
 	}
-	return m.mapStore.Claim(ctx, tenant, key, fp, nil)
+	rec, claimed, err := m.mapStore.Claim(ctx, tenant, key, fp, nil)
+	if claimed {
+		if m.made == nil {
+			m.made = map[string]driver.Token{}
+		}
+		m.made[key] = rec.Token
+	}
+	return rec, claimed, err
 }
 
 func (m *mapTx) Settle(ctx context.Context, tenant, key string, token driver.Token, outcome transfer) error {
@@ -39,13 +47,17 @@ func (m *mapTx) Settle(ctx context.Context, tenant, key string, token driver.Tok
 	return err
 }
 
-func (m *mapTx) Drop(ctx context.Context, tenant, key string, token driver.Token) error {
-	m.dropped++
+// Abort rolls the transaction back at once: the claims it made are
+// released.
+func (m *mapTx) Abort(ctx context.Context) error {
+	m.aborted++
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	_, _, err := m.mapStore.Release(ctx, tenant, key, token)
-	return err
+	for key, token := range m.made {
+		_, _, _ = m.mapStore.Release(ctx, "", key, token)
+	}
+	return nil
 }
 
 func TestSubmitTx(t *testing.T) {
@@ -68,7 +80,7 @@ func TestSubmitTx(t *testing.T) {
 		assert.True(t, replayed)
 		assert.Equal(t, "0xabc", out.TxHash)
 		assert.Equal(t, 1, calls)
-		assert.Zero(t, tx.dropped)
+		assert.Zero(t, tx.aborted)
 	})
 
 	t.Run("nil work records the request", func(t *testing.T) {
@@ -186,7 +198,7 @@ func TestSubmitTx(t *testing.T) {
 				_, _, err := SubmitTx(ctx, tx, "", "k1", req, c.work)
 				require.ErrorIs(t, err, c.want)
 				assert.Contains(t, err.Error(), c.says)
-				assert.Equal(t, 1, tx.dropped)
+				assert.Equal(t, 1, tx.aborted)
 				_, ok, _ := tx.Lookup(ctx, "", "k1")
 				assert.False(t, ok, "the claim is dropped")
 			})
@@ -196,22 +208,22 @@ func TestSubmitTx(t *testing.T) {
 			assert.PanicsWithValue(t, "work bug", func() {
 				_, _, _ = SubmitTx(ctx, tx, "", "k1", req, func(context.Context, transfer) (transfer, error) { panic("work bug") })
 			})
-			assert.Equal(t, 1, tx.dropped)
+			assert.Equal(t, 1, tx.aborted)
 			_, ok, _ := tx.Lookup(ctx, "", "k1")
 			assert.False(t, ok)
 		})
 		t.Run("nil answer", func(t *testing.T) {
 			tx := &ptrTx{mapTx{mapStore: newMapStore()}}
 			_, _, err := SubmitTx(ctx, tx, "", "k1", &req, func(context.Context, *transfer) (*transfer, error) { return nil, nil })
-			require.ErrorIs(t, err, errNilAnswer)
-			assert.Equal(t, 1, tx.dropped)
+			require.ErrorIs(t, err, errNilWork)
+			assert.Equal(t, 1, tx.aborted)
 		})
 		t.Run("settle fails", func(t *testing.T) {
 			tx := &mapTx{mapStore: newMapStore(), settleErr: errors.New("gone")}
 			_, _, err := SubmitTx(ctx, tx, "", "k1", req, answer)
 			require.ErrorIs(t, err, ErrStoreFailed)
 			assert.True(t, strings.HasSuffix(err.Error(), "request key k1: record the outcome: gone"), err.Error())
-			assert.Equal(t, 1, tx.dropped, "a claim whose outcome was not written is dropped")
+			assert.Equal(t, 1, tx.aborted, "a claim whose outcome was not written is dropped")
 		})
 	})
 }
