@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/driver"
 )
 
 // Each benchmark family runs the ledger and its floor, the least its design
@@ -23,9 +25,9 @@ import (
 
 // batch is how many fresh submits one ledger takes before the benchmark starts
 // a new one, in the ledger and its floor alike, so that memory stays bounded
-// whatever b.N is.
+// whatever b.N is: each grows to that many records.
 const (
-	batch = 1 << 14
+	batch = 300_000
 	chunk = 1 << 8 // calls timed together, on one side, in one turn
 )
 
@@ -78,11 +80,7 @@ func paired(b *testing.B, ledger, floor func(n int)) {
 }
 
 func BenchmarkSubmitFresh(b *testing.B) {
-	keys := make([]string, batch)
-	reqs := make([]withdrawal, batch)
-	for i := range batch {
-		keys[i], reqs[i] = benchInput(i)
-	}
+	keys, reqs := freshInput()
 	var s *submissions.Submissions[withdrawal]
 	var f *floor
 	paired(b, func(n int) {
@@ -102,6 +100,97 @@ func BenchmarkSubmitFresh(b *testing.B) {
 			b.Fatal(err)
 		}
 	})
+}
+
+// BenchmarkSubmitFreshFeatures is the cost of the features a fresh submit
+// carries besides the floor's work (see featured), beside the floor.
+func BenchmarkSubmitFreshFeatures(b *testing.B) {
+	keys, reqs := freshInput()
+	var s *featured
+	var f *floor
+	paired(b, func(n int) {
+		i := n % batch
+		if i == 0 {
+			s = newFeatured()
+		}
+		if _, err := s.submit(bg, keys[i], reqs[i], echo); err != nil {
+			b.Fatal(err)
+		}
+	}, func(n int) {
+		i := n % batch
+		if i == 0 {
+			f = newFloor()
+		}
+		if _, err := f.submit(bg, keys[i], reqs[i], echo); err != nil {
+			b.Fatal(err)
+		}
+	})
+}
+
+// bareStore is the memory store as a Store and nothing more: neither a
+// driver.Tracker nor a driver.Replayer, so that the ledger keeps the marks
+// of its sends itself and checks every replay in full, as it does on any
+// other store.
+type bareStore struct{ driver.Store[withdrawal] }
+
+func bareLedger() *submissions.Submissions[withdrawal] {
+	return submissions.NewWithStore[withdrawal](bareStore{submissions.NewMemoryStore[withdrawal]()},
+		submissions.WithLogger(slog.New(slog.DiscardHandler)))
+}
+
+// BenchmarkSubmitFreshBareStore is what driver.Tracker saves: fresh
+// submits on the memory store (ledger) beside the same on it as a bare
+// Store (floor).
+func BenchmarkSubmitFreshBareStore(b *testing.B) {
+	keys, reqs := freshInput()
+	var s, bare *submissions.Submissions[withdrawal]
+	paired(b, func(n int) {
+		i := n % batch
+		if i == 0 {
+			s = quietLedger()
+		}
+		if _, err := s.Submit(bg, keys[i], reqs[i], echo); err != nil {
+			b.Fatal(err)
+		}
+	}, func(n int) {
+		i := n % batch
+		if i == 0 {
+			bare = bareLedger()
+		}
+		if _, err := bare.Submit(bg, keys[i], reqs[i], echo); err != nil {
+			b.Fatal(err)
+		}
+	})
+}
+
+// BenchmarkSubmitReplayBareStore is what driver.Replayer saves: a replay on
+// the memory store (ledger) beside the same on it as a bare Store (floor).
+func BenchmarkSubmitReplayBareStore(b *testing.B) {
+	key, w := benchInput(1)
+	s, bare := quietLedger(), bareLedger()
+	for _, l := range []*submissions.Submissions[withdrawal]{s, bare} {
+		_, err := l.Submit(bg, key, w, echo)
+		require.NoError(b, err)
+	}
+	paired(b, func(int) {
+		if _, err := s.Submit(bg, key, w, echo); err != nil {
+			b.Fatal(err)
+		}
+	}, func(int) {
+		if _, err := bare.Submit(bg, key, w, echo); err != nil {
+			b.Fatal(err)
+		}
+	})
+}
+
+// freshInput returns batch request keys and their withdrawals.
+func freshInput() ([]string, []withdrawal) {
+	keys := make([]string, batch)
+	reqs := make([]withdrawal, batch)
+	for i := range batch {
+		keys[i], reqs[i] = benchInput(i)
+	}
+	return keys, reqs
 }
 
 func BenchmarkSubmitReplay(b *testing.B) {
@@ -124,31 +213,22 @@ func BenchmarkSubmitReplay(b *testing.B) {
 	})
 }
 
-// floor is the least a fresh submit must do in this design: lock, check both
-// maps, read the clock for the claim's time (by which the keys in flight are
-// listed), insert both, unlock; call send in a context that carries the
-// withdrawal (send finds its rail key there: one allocation); lock, store the
-// outcome, unlock. A replay's floor is a locked map lookup. It validates
-// nothing and logs nothing.
+// floor is the least a fresh submit must do, and nothing more: lock, look
+// up the key and the withdrawal's claim, insert both, unlock; call send;
+// lock, store the outcome and a done flag, unlock. A replay's floor is a
+// locked map lookup. It validates nothing, logs nothing, keeps no time and
+// gives send its caller's context as it is. What the ledger does beyond it
+// is measured on its own: see featured and BenchmarkSubmitFreshFeatures.
 type floor struct {
 	mu      sync.Mutex
 	records map[string]*floorRecord
 	claims  map[string]string
-	settled []*floorRecord // the done records, in order, as retention needs them
 }
 
 type floorRecord struct {
 	fp   submissions.Fingerprint
 	out  withdrawal
-	at   int64 // when claimed, then when done
 	done bool
-}
-
-// floorCtx is the context the floor's send runs in: its caller's, and the
-// withdrawal being sent.
-type floorCtx struct {
-	context.Context
-	withdrawalID string
 }
 
 var errTaken = errors.New("taken")
@@ -167,17 +247,16 @@ func (f *floor) submit(ctx context.Context, key string, req withdrawal,
 		f.mu.Unlock()
 		return withdrawal{}, errTaken
 	}
-	r := &floorRecord{fp: fp, at: time.Now().UnixNano()}
+	r := &floorRecord{fp: fp}
 	f.records[key] = r
 	f.claims[fp.WithdrawalID] = key
 	f.mu.Unlock()
-	out, err := send(&floorCtx{ctx, fp.WithdrawalID}, req)
+	out, err := send(ctx, req)
 	if err != nil {
 		return withdrawal{}, err
 	}
 	f.mu.Lock()
-	r.out, r.done, r.at = out, true, time.Now().UnixNano()
-	f.settled = append(f.settled, r)
+	r.out, r.done = out, true
 	f.mu.Unlock()
 	return out, nil
 }
@@ -190,6 +269,62 @@ func (f *floor) replay(key string) (withdrawal, bool) {
 		return withdrawal{}, false
 	}
 	return r.out, true
+}
+
+// featured is the floor with the features whose cost a fresh submit of the
+// ledger carries besides the floor's work, each the least it needs: the
+// claim's and the outcome's times (by which the keys in flight are listed
+// and the done ones pruned), the done records in order (so that a prune
+// does not scan them all), and send's context carrying the withdrawal (by
+// which send finds its rail key: one allocation).
+type featured struct {
+	mu      sync.Mutex
+	records map[string]*featuredRecord
+	claims  map[string]string
+	settled []*featuredRecord
+}
+
+type featuredRecord struct {
+	fp   submissions.Fingerprint
+	out  withdrawal
+	at   int64 // when claimed, then when done
+	done bool
+}
+
+// floorCtx is the context featured's send runs in: its caller's, and the
+// withdrawal being sent.
+type floorCtx struct {
+	context.Context
+	withdrawalID string
+}
+
+func newFeatured() *featured {
+	return &featured{records: make(map[string]*featuredRecord), claims: make(map[string]string)}
+}
+
+func (f *featured) submit(ctx context.Context, key string, req withdrawal,
+	send func(context.Context, withdrawal) (withdrawal, error)) (withdrawal, error) {
+	fp := req.Fingerprint()
+	f.mu.Lock()
+	_, known := f.records[key]
+	_, claimed := f.claims[fp.WithdrawalID]
+	if known || claimed {
+		f.mu.Unlock()
+		return withdrawal{}, errTaken
+	}
+	r := &featuredRecord{fp: fp, at: time.Now().UnixNano()}
+	f.records[key] = r
+	f.claims[fp.WithdrawalID] = key
+	f.mu.Unlock()
+	out, err := send(&floorCtx{ctx, fp.WithdrawalID}, req)
+	if err != nil {
+		return withdrawal{}, err
+	}
+	f.mu.Lock()
+	r.out, r.done, r.at = out, true, time.Now().UnixNano()
+	f.settled = append(f.settled, r)
+	f.mu.Unlock()
+	return out, nil
 }
 
 // BenchmarkTenantReplay is a replay through a tenant's view made for the
@@ -211,4 +346,50 @@ func BenchmarkTenantReplay(b *testing.B) {
 			b.Fatal(err)
 		}
 	})
+}
+
+// BenchmarkMemoryPerRecord is the heap a record keeps, at a million fresh
+// submits, in the ledger and its floor: the growth of the live heap from an
+// empty ledger to a million settled records. The request keys and
+// withdrawals are made before, as a service has them already: their text
+// is not counted. Run it with -benchtime 1x: each iteration fills both
+// anew.
+func BenchmarkMemoryPerRecord(b *testing.B) {
+	const records = 1_000_000
+	keys := make([]string, records)
+	reqs := make([]withdrawal, records)
+	for i := range records {
+		keys[i], reqs[i] = benchInput(i)
+	}
+	live := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	var ledger, floor float64
+	for b.Loop() {
+		before := live()
+		s := quietLedger()
+		for i := range records {
+			if _, err := s.Submit(bg, keys[i], reqs[i], echo); err != nil {
+				b.Fatal(err)
+			}
+		}
+		ledger = float64(live()-before) / records
+		runtime.KeepAlive(s)
+		before = live()
+		f := newFloor()
+		for i := range records {
+			if _, err := f.submit(bg, keys[i], reqs[i], echo); err != nil {
+				b.Fatal(err)
+			}
+		}
+		floor = float64(live()-before) / records
+		runtime.KeepAlive(f)
+	}
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(ledger, "ledger-B/record")
+	b.ReportMetric(floor, "floor-B/record")
+	b.ReportMetric(ledger/floor, "ratio")
 }

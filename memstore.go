@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/idemledger/submissions/driver"
-	"github.com/idemledger/submissions/internal/valid"
 )
 
 // memStore is the embedded default Store: per tenant, request key -> claim
@@ -54,7 +53,6 @@ type entry[R any] struct {
 	space    *space[R]
 	key      string
 	fp       Fingerprint  // canonical
-	spelled  string       // once done, the last spelling of fp.Amount that a Replay found to be it
 	outcome  R            // never changes once done
 	token    driver.Token // never changes
 	at       int64        // when claimed, and once done when done, in nanoseconds since the Unix epoch
@@ -175,27 +173,16 @@ func (m *memStore[R]) claim(tenant, key string, fp *Fingerprint, outcome *R) (*e
 	return e, nil
 }
 
-// Replay implements driver.Replayer: the outcome of tenant's key, held as
-// given and done, when fp as given is its withdrawal and valid. Keys are held
-// trimmed and valid, so a key found as given is one.
-func (m *memStore[R]) Replay(tenant, key string, fp Fingerprint) *R {
+// Replay implements driver.Replayer: tenant's record of key, held as given
+// and done. Keys are held trimmed and valid, so a key found as given is one.
+func (m *memStore[R]) Replay(tenant, key string) (*Fingerprint, *R) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e, ok := m.find(tenant, key)
 	if !ok || !e.done {
-		return nil
+		return nil, nil
 	}
-	if fp.WithdrawalID != e.fp.WithdrawalID || fp.Destination != e.fp.Destination || !valid.SameCurrency(e.fp.Currency, fp.Currency) {
-		return nil
-	}
-	// A retry mostly repeats the spelling of the one before.
-	if fp.Amount != e.fp.Amount && (fp.Amount != e.spelled || e.spelled == "") {
-		if a, ok := valid.Amount(fp.Amount); !ok || a != e.fp.Amount {
-			return nil
-		}
-		e.spelled = fp.Amount
-	}
-	return &e.outcome // never changes once done
+	return &e.fp, &e.outcome // neither changes once done
 }
 
 // Settle implements driver.Store.

@@ -21,8 +21,13 @@
 //   - Tracker keeps, with each claim, the mark of a send running under it,
 //     in the same step as the claim: a Store in one process can, and saves
 //     the ledger its own bookkeeping of sends.
-//   - Replayer answers a retry from memory, before the ledger checks it
-//     again.
+//   - Replayer reads a done record from memory, so that a replay is one
+//     map lookup.
+//
+// Tracker and Replayer are what only a store in the ledger's own memory can
+// do; the memory store is one, pgstore is neither. Each pays for itself:
+// BenchmarkSubmitFreshBareStore and BenchmarkSubmitReplayBareStore (see
+// docs/benchmarks.md) run the memory store with and without them.
 package driver
 
 import (
@@ -235,15 +240,15 @@ type Send[R any] interface {
 	Abandon(ctx context.Context) error
 }
 
-// A Replayer is a Store that can answer a retry from memory, before the
-// ledger checks the retry again: the ledger asks it first, and when it
-// answers, checks nothing more; when it does not, the ledger goes on as
-// without it. It must be quick: it runs on every submit.
+// A Replayer is a Store that can read a done record from memory, at the
+// cost of a map lookup: the ledger reads it first on every submit, and
+// when the retry is for the record's withdrawal replays its outcome having
+// checked nothing else (the key was valid when claimed); otherwise it goes
+// on as without it. It must be quick: it runs on every submit.
 type Replayer[R any] interface {
-	// Replay returns tenant's outcome of key when key, exactly as given,
-	// has a done record whose withdrawal is fp's, fp as the retry gave it
-	// (compared as Fingerprint says, by meaning) and valid; and nil
-	// otherwise. The outcome it points to never changes, and the caller
-	// does not change it.
-	Replay(tenant, key string, fp Fingerprint) (outcome *R)
+	// Replay returns pointers to the fingerprint, canonical, and the
+	// outcome of tenant's record of key when key, exactly as given, has a
+	// done record; and nils otherwise. What they point to never changes,
+	// and the caller does not change it.
+	Replay(tenant, key string) (fp *Fingerprint, outcome *R)
 }

@@ -20,6 +20,9 @@ func (l *Ledger[R]) Resolve(ctx context.Context, tenant, key string, token drive
 	if err != nil {
 		return err
 	}
+	if err := exactlyBy(&l.exact, &outcome); err != nil {
+		return fmt.Errorf("%w: request key %s: %w", ErrOutcomeNotRecorded, key, err)
+	}
 	var rec driver.Record[R]
 	if token == 0 {
 		var claimed bool

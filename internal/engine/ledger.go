@@ -29,12 +29,13 @@ type Ledger[R driver.Fingerprinter] struct {
 	log      *slog.Logger       // nil means slog.Default()
 	observer observe.Observer   // nil for none
 	nilable  bool               // R is a type with a nil value, such as a pointer
+	exact    outcomeCheck       // R's check that an outcome comes back as it went in (see exactly), nil for none
 }
 
 // New returns a ledger on store that logs to log (nil for slog.Default())
 // and tells observer (nil for none) of its decisions.
 func New[R driver.Fingerprinter](store driver.Store[R], log *slog.Logger, observer observe.Observer) *Ledger[R] {
-	l := &Ledger[R]{store: store, log: log, observer: observer, nilable: nilable[R]()}
+	l := &Ledger[R]{store: store, log: log, observer: observer, nilable: nilable[R](), exact: outcomeCheckOf(reflect.TypeFor[R]())}
 	if t, ok := store.(driver.Tracker[R]); ok {
 		l.tracker = t
 	} else {
@@ -101,8 +102,10 @@ func Differing(want, got *driver.Fingerprint) (fields int) {
 	if got.WithdrawalID != want.WithdrawalID {
 		fields |= WithdrawalIDField
 	}
-	if a, ok := valid.CanonicalAmount(got.Amount); !ok || a != want.Amount {
-		fields |= AmountField
+	if got.Amount != want.Amount { // a canonical amount is its own canonical form
+		if a, ok := valid.Amount(got.Amount); !ok || a != want.Amount {
+			fields |= AmountField
+		}
 	}
 	if !valid.SameCurrency(want.Currency, got.Currency) {
 		fields |= CurrencyField
@@ -111,6 +114,13 @@ func Differing(want, got *driver.Fingerprint) (fields int) {
 		fields |= DestinationField
 	}
 	return fields
+}
+
+// sameWithdrawal reports whether got, as given, is want's withdrawal (see
+// Differing). It takes got as a value, so that a Fingerprint method's
+// result goes to it in registers.
+func sameWithdrawal(want *driver.Fingerprint, got driver.Fingerprint) bool {
+	return Differing(want, &got) == 0
 }
 
 // fieldNames names the fields of a Differing result, by their Fingerprint

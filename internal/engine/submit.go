@@ -16,27 +16,25 @@ import (
 func (l *Ledger[R]) Submit(ctx context.Context, tenant, key string, req R,
 	send func(ctx context.Context, req R) (R, error)) (R, bool, error) {
 	if l.replayer == nil || (l.nilable && isNil(req)) {
-		return l.submit(ctx, tenant, key, req, nil, send)
+		return l.submit(ctx, tenant, key, req, send)
 	}
 	// A Replayer answers only for a key it holds as given, valid and
-	// trimmed, and a fingerprint as given, valid and the same: only ctx
-	// remains to check.
-	given := req.Fingerprint()
-	out := l.replayer.Replay(tenant, key, given)
-	if out == nil {
-		return l.submit(ctx, tenant, key, req, &given, send)
+	// trimmed; a fingerprint as given that is the same as the record's is
+	// valid: only ctx remains to check.
+	fp, out := l.replayer.Replay(tenant, key)
+	if fp == nil || !sameWithdrawal(fp, req.Fingerprint()) {
+		return l.submit(ctx, tenant, key, req, send)
 	}
 	if err := ctx.Err(); err != nil {
 		var zero R
 		return zero, false, err
 	}
-	l.report(ctx, tenant, observe.EventReplayed, key, given.WithdrawalID, 0, nil)
+	l.report(ctx, tenant, observe.EventReplayed, key, fp.WithdrawalID, 0, nil)
 	return *out, true, nil
 }
 
-// submit is Submit past the Replayer: given is req's fingerprint when the
-// Replayer has read it, nil otherwise.
-func (l *Ledger[R]) submit(ctx context.Context, tenant, key string, req R, read *driver.Fingerprint,
+// submit is Submit past the Replayer.
+func (l *Ledger[R]) submit(ctx context.Context, tenant, key string, req R,
 	send func(ctx context.Context, req R) (R, error)) (R, bool, error) {
 	var zero R
 	key, err := begin(ctx, key)
@@ -46,12 +44,7 @@ func (l *Ledger[R]) submit(ctx context.Context, tenant, key string, req R, read 
 	if l.nilable && isNil(req) {
 		return zero, false, errNilRequest(req)
 	}
-	var given driver.Fingerprint
-	if read != nil {
-		given = *read
-	} else {
-		given = req.Fingerprint()
-	}
+	given := req.Fingerprint()
 	fp, err := given.Canonical()
 	if err != nil {
 		return zero, false, err
@@ -129,8 +122,9 @@ func (l *Ledger[R]) sendAndRecord(ctx context.Context, tenant, key string, snd d
 		return *new(R), err
 	}
 
-	// An answer: it is recorded only if it is for the request's withdrawal
-	// and came while the caller still waited.
+	// An answer: it is recorded only if it is for the request's withdrawal,
+	// came while the caller still waited, and every store gives it back as
+	// it is (see exactly).
 	var why error
 	fields := 0
 	under = "the answer's Fingerprint panicked"
@@ -138,6 +132,8 @@ func (l *Ledger[R]) sendAndRecord(ctx context.Context, tenant, key string, snd d
 		fields = Differing(fp, &got)
 	}
 	switch cerr := ctx.Err(); {
+	case fields == 0 && cerr == nil:
+		why = exactlyBy(&l.exact, &out)
 	case fields != 0 && cerr != nil:
 		why = fmt.Errorf("answer differs in %s, and the context ended: %w", fieldNames(fields), cerr)
 	case fields != 0:

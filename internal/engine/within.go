@@ -78,7 +78,11 @@ func SubmitTx[R driver.Fingerprinter](ctx context.Context, tx Tx[R], tenant, key
 		if got := out.Fingerprint(); got != given {
 			if fields := Differing(&fp, &got); fields != 0 {
 				err = fmt.Errorf("%w: request key %s: answer differs in %s", driver.ErrInvalidFingerprint, key, fieldNames(fields))
+				break
 			}
+		}
+		if why := exactly(out); why != nil {
+			err = fmt.Errorf("%w: request key %s: %w", ErrOutcomeNotRecorded, key, why)
 		}
 	}
 	if err != nil {

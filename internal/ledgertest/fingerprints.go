@@ -166,6 +166,20 @@ func testFingerprintsCompareByMeaning(t *testing.T, newStore Factory) {
 		_, err := f.s.Submit(bg, "req-1", w, f.rail.send)
 		assert.ErrorIs(t, err, submissions.ErrIdempotencyConflict, "Submit(%+v)", w)
 	}
+	// The same value, spelled in a way that is not valid, is bad input, and
+	// never a replay.
+	for _, amount := range []string{
+		strings.Repeat("0", driver.MaxAmountLen-1) + "25", // 25, in one byte too many
+		"25." + strings.Repeat("0", driver.MaxAmountLen-2),
+		"", "-25", "25e0", " 25", "25 ",
+	} {
+		_, err := f.s.Submit(bg, "req-1", spelled(amount, "USDC", "0xAbC"), f.rail.send)
+		assert.ErrorIs(t, err, submissions.ErrInvalidFingerprint, "Submit(amount %q)", amount)
+	}
+	for _, w := range []Withdrawal{spelled("25", "US DC", "0xAbC"), spelled("25", "USDC", ""), {Amount: "25", Currency: "USDC", Dest: "0xAbC"}} {
+		_, err := f.s.Submit(bg, "req-1", w, f.rail.send)
+		assert.ErrorIs(t, err, submissions.ErrInvalidFingerprint, "Submit(%+v)", w)
+	}
 	f.rail.requireSends(t, 1)
 }
 

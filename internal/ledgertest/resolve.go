@@ -19,6 +19,7 @@ var resolveTests = []test{
 	{"ResolveDuringTheSend", testResolveDuringTheSend},
 	{"ResolveUnderAFreshKey", testResolveUnderAFreshKey},
 	{"SameOutcomeIsTheSameWhateverItsBytes", testSameOutcomeIsTheSameWhateverItsBytes},
+	{"AnOutcomeNotGivenBackExactlyIsNotRecorded", testAnOutcomeNotGivenBackExactlyIsNotRecorded},
 }
 
 func testResolveClosesAnInFlightKey(t *testing.T, newStore Factory) {
@@ -122,10 +123,10 @@ func testResolveUnderAFreshKey(t *testing.T, newStore Factory) {
 
 // testSameOutcomeIsTheSameWhateverItsBytes: "the same outcome" is one
 // definition on every store (equal JSON values of the encoding/json
-// encodings), for outcomes holding bytes that are not UTF-8 too.
+// encodings), for outcomes holding the characters that JSON escapes too.
 func testSameOutcomeIsTheSameWhateverItsBytes(t *testing.T, newStore Factory) {
 	f := setUp(t, newStore)
-	for i, tx := range []string{"0x\xff\xfe", "0x\xef\xbf\xbd", "0x\u2028<&>", "0x\\ufffd"} {
+	for i, tx := range []string{"0x\xef\xbf\xbd", "0x\u2028<&>", "0x\\ufffd", "0x\x00\x7f"} {
 		key := "req-" + string(rune('a'+i))
 		w := newWithdrawal("w-" + key)
 		outcome := w.sent(tx)
@@ -137,4 +138,32 @@ func testSameOutcomeIsTheSameWhateverItsBytes(t *testing.T, newStore Factory) {
 		requireRefusal(t, f.s.Resolve(bg, key, w.sent(tx+"!")), submissions.ErrIdempotencyConflict)
 	}
 	f.rail.requireSends(t, 0)
+}
+
+// testAnOutcomeNotGivenBackExactlyIsNotRecorded: an answer holding text that
+// is not valid UTF-8, which no store can give back as it is, is not
+// recorded by any store: from the rail, the caller gets it with
+// ErrOutcomeNotRecorded and the key waits for an operator; from Resolve,
+// nothing is written.
+func testAnOutcomeNotGivenBackExactlyIsNotRecorded(t *testing.T, newStore Factory) {
+	f := setUp(t, newStore)
+	bad := f.w.sent("0x\xff\xfe")
+	out, err := f.s.Submit(bg, "req-1", f.w, func(context.Context, Withdrawal) (Withdrawal, error) { return bad, nil })
+	require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
+	require.ErrorContains(t, err, "TxHash holds text that is not valid UTF-8")
+	require.Equal(t, bad, out, "the rail's answer is the caller's")
+	requireAwaitingOperator(t, f.s, "req-1", f.w)
+
+	w2 := newWithdrawal("w-2")
+	err = f.s.Resolve(bg, "req-2", w2.sent("0x\xff"))
+	require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
+	requireOutcome(t, f.s, "req-2", Withdrawal{}, false)
+	requireHolder(t, f.s, "w-2", "")
+	err = f.s.Resolve(bg, "req-1", f.w.sent("0x\xff"))
+	require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
+	requireAwaitingOperator(t, f.s, "req-1", f.w)
+
+	found := f.w.sent("0xfe")
+	require.NoError(t, f.s.Resolve(bg, "req-1", found), "the operator writes it as the rail shows it")
+	requireOutcome(t, f.s, "req-1", found, true)
 }

@@ -1,0 +1,121 @@
+package engine
+
+import (
+	"encoding/json"
+	"math"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+type (
+	inner struct {
+		Note string
+		Fee  float64
+	}
+	hidden struct{ Shown string }
+	outer  struct {
+		ID     string
+		In     inner
+		Ptr    *inner
+		List   []inner
+		Fixed  [2]string
+		Tags   map[string]string
+		Any    any
+		Raw    []byte
+		When   time.Time
+		Num    json.Number
+		Skip   string `json:"-"`
+		hidden        // its exported fields are written
+		note   string // unexported: left out
+	}
+	node struct {
+		Name string
+		Next *node
+	}
+	plain struct {
+		N  int
+		OK bool
+	}
+	withFunc struct{ F func() }
+	named    string
+)
+
+// TestExactly: an outcome is recorded only when it comes back from its
+// encoding as it went in; the error names where it does not, and what.
+func TestExactly(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+		says string
+	}{
+		{"all of it comes back", exactly(outer{ID: "w-1", In: inner{Note: "ok", Fee: 0.1}, Ptr: &inner{}, Raw: []byte{0xff},
+			Any: map[string]any{"a": []any{"b", 1.5, true, nil}}, When: time.Now(), Num: "1.0", hidden: hidden{"x"}}), ""},
+		{"text", exactly(outer{ID: "w-\xff"}), "the answer's ID holds text that is not valid UTF-8"},
+		{"nested text", exactly(outer{In: inner{Note: "\xc3"}}), "the answer's In.Note holds text"},
+		{"through a pointer", exactly(outer{Ptr: &inner{Note: "\xff"}}), "the answer's Ptr.Note holds text"},
+		{"in a slice", exactly(outer{List: []inner{{}, {Note: "\xff"}}}), "the answer's List[1].Note holds text"},
+		{"in an array", exactly(outer{Fixed: [2]string{"", "\xff"}}), "the answer's Fixed[1] holds text"},
+		{"a map's value", exactly(outer{Tags: map[string]string{"k": "\xff"}}), `the answer's Tags["k"] holds text`},
+		{"a map's key", exactly(outer{Tags: map[string]string{"\xff": ""}}), `holds text that is not valid UTF-8`},
+		{"in an interface", exactly(outer{Any: map[string]any{"a": []any{"\xff"}}}), `the answer's Any["a"][0] holds text`},
+		{"another type in an interface", exactly(outer{Any: 1}), "the answer's Any holds a int, which JSON gives back as another type"},
+		{"a struct in an interface", exactly(outer{Any: inner{}}), "holds a engine.inner"},
+		{"NaN", exactly(outer{In: inner{Fee: math.NaN()}}), "the answer's In.Fee is NaN, which JSON cannot write"},
+		{"infinity", exactly(outer{Ptr: &inner{Fee: math.Inf(-1)}}), "the answer's Ptr.Fee is -Inf"},
+		{"float32", exactly(float32(math.Inf(1))), "the answer is +Inf"},
+		{"a field tagged -", exactly(outer{Skip: "x"}), "the answer's Skip is not zero, and JSON leaves it out"},
+		{"an unexported field", exactly(outer{note: "x"}), "the answer's note is not zero"},
+		{"an embedded struct's field", exactly(outer{hidden: hidden{"\xff"}}), "the answer's hidden.Shown holds text"},
+		{"a func, even nil", exactly(withFunc{}), "the answer's F is a func, which JSON cannot write"},
+		{"a named string", exactly(named("\xff")), "the answer holds text"},
+		{"a top-level slice", exactly([]string{"\xff"}), "the answer's [0] holds text"},
+		{"a list", exactly(node{Name: "a", Next: &node{Name: "b", Next: &node{Name: "\xff"}}}), "the answer's Next.Next.Name holds text"},
+		{"nothing to check", exactly(plain{N: 1}), ""},
+		{"a nil pointer", exactly[*inner](nil), ""},
+		{"an outcome type that is an interface", exactly[any](inner{}), ""},
+		{"the value it holds", exactly[any](&inner{Note: "\xff"}), "the answer's Note holds text"},
+		{"none", exactly[any](nil), ""},
+	} {
+		if c.says == "" {
+			assert.NoError(t, c.err, c.name)
+			continue
+		}
+		require.Error(t, c.err, c.name)
+		assert.Contains(t, c.err.Error(), c.says, c.name)
+	}
+	loop := &node{Name: "a"}
+	loop.Next = loop
+	assert.ErrorContains(t, exactly(loop), "is nested more than 1000 deep, or holds a cycle")
+	list := []any{}
+	for range 2000 {
+		list = []any{list}
+	}
+	assert.ErrorContains(t, exactly(list), "nested more than 1000 deep")
+}
+
+// TestChecksAreMadeOnce: a type's check is made once, however many
+// goroutines ask for it at once, and one that needs none is nil.
+func TestChecksAreMadeOnce(t *testing.T) {
+	type fresh struct {
+		A string
+		B *fresh
+	}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range 8 {
+		wg.Go(func() {
+			<-start
+			assert.ErrorContains(t, exactly(fresh{B: &fresh{A: "\xff"}}), "B.A holds text")
+		})
+	}
+	close(start)
+	wg.Wait()
+	assert.Nil(t, checkOf(reflect.TypeFor[plain]()))
+	assert.Nil(t, checkOf(reflect.TypeFor[time.Time]()), "it encodes itself")
+	assert.NotNil(t, checkOf(reflect.TypeFor[fresh]()))
+}
