@@ -42,8 +42,5 @@ func (c claims) release(withdrawalID, key string) {
 // The id is matched exactly; an id that no valid fingerprint can carry is
 // held by no key.
 func (s *Submissions[R]) ClaimedBy(ctx context.Context, withdrawalID string) (key string, ok bool, err error) {
-	if s.tenantErr != nil {
-		return "", false, s.tenantErr
-	}
 	return s.ledger().ClaimedBy(ctx, s.tenant, withdrawalID)
 }

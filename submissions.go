@@ -22,9 +22,8 @@ import (
 // ledger that logs to slog.Default(). A Submissions must not be copied after
 // first use.
 type Submissions[R Fingerprinter] struct {
-	l         atomic.Pointer[engine.Ledger[R]] // set when made, or by the zero value's first call
-	tenant    string                           // the tenant this ledger or view works in; "" is the default
-	tenantErr error                            // why tenant is not valid, or nil
+	l      atomic.Pointer[engine.Ledger[R]] // set when made, or by the zero value's first call
+	tenant string                           // the tenant this ledger or view works in; "" is the default
 }
 
 // New returns an empty in-memory ledger.
@@ -55,7 +54,7 @@ func NewWithStore[R Fingerprinter](store driver.Store[R], opts ...Option) *Submi
 // UTF-8 or with a NUL byte, every method of the view returns
 // ErrInvalidTenant.
 func (s *Submissions[R]) Tenant(id string) *Submissions[R] {
-	v := &Submissions[R]{tenant: id, tenantErr: ValidateTenant(id)}
+	v := &Submissions[R]{tenant: id}
 	v.l.Store(s.ledger())
 	return v
 }
@@ -137,10 +136,6 @@ func (s *Submissions[R]) Submit(ctx context.Context, key string, req R,
 // nil.
 func (s *Submissions[R]) SubmitOrReplay(ctx context.Context, key string, req R,
 	send func(ctx context.Context, req R) (R, error)) (R, bool, error) {
-	if s.tenantErr != nil {
-		var zero R
-		return zero, false, s.tenantErr
-	}
 	return s.ledger().Submit(ctx, s.tenant, key, req, send)
 }
 
@@ -158,9 +153,6 @@ func (s *Submissions[R]) SubmitOrReplay(ctx context.Context, key string, req R,
 // Two outcomes are the same when their encoding/json encodings hold equal
 // JSON values (see docs/rules.md).
 func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) error {
-	if s.tenantErr != nil {
-		return s.tenantErr
-	}
 	return s.ledger().Resolve(ctx, s.tenant, key, 0, outcome)
 }
 
@@ -173,9 +165,6 @@ func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) err
 // come back from the store; ErrStoreFailed when the store fails (the release
 // may or may not stand: Release again to know).
 func (s *Submissions[R]) Release(ctx context.Context, key string) error {
-	if s.tenantErr != nil {
-		return s.tenantErr
-	}
 	return s.ledger().Release(ctx, s.tenant, key, 0)
 }
 
@@ -183,9 +172,6 @@ func (s *Submissions[R]) Release(ctx context.Context, key string) error {
 // unknown or its outcome is not known yet, and an error wrapping ErrPruned
 // when the key's record was pruned: its outcome is gone.
 func (s *Submissions[R]) Outcome(ctx context.Context, key string) (outcome R, ok bool, err error) {
-	if s.tenantErr != nil {
-		return outcome, false, s.tenantErr
-	}
 	return s.ledger().Outcome(ctx, s.tenant, key)
 }
 
@@ -204,9 +190,5 @@ func (s *Submissions[R]) Outcome(ctx context.Context, key string) (outcome R, ok
 // for until it is settled, released or abandoned, whichever ledger closes
 // it (see docs/rules.md).
 func (s *Submissions[R]) Wait(ctx context.Context, key string) (R, error) {
-	if s.tenantErr != nil {
-		var zero R
-		return zero, s.tenantErr
-	}
 	return s.ledger().Wait(ctx, s.tenant, key)
 }

@@ -12,7 +12,7 @@ import (
 // is zero, on whatever claim the key has, claiming the key and the
 // withdrawal with the outcome if it has none.
 func (l *Ledger[R]) Resolve(ctx context.Context, tenant, key string, token driver.Token, outcome R) error {
-	key, err := begin(ctx, key)
+	key, err := begin(ctx, tenant, key)
 	if err != nil {
 		return err
 	}
@@ -72,7 +72,7 @@ func (l *Ledger[R]) Resolve(ctx context.Context, tenant, key string, token drive
 // Release drops tenant's key: its claim token or, when token is zero, its
 // claim in flight, if any. It refuses a claim whose send is running.
 func (l *Ledger[R]) Release(ctx context.Context, tenant, key string, token driver.Token) error {
-	key, err := begin(ctx, key)
+	key, err := begin(ctx, tenant, key)
 	if err != nil {
 		return err
 	}
@@ -128,7 +128,7 @@ func (l *Ledger[R]) failed(ctx context.Context, what, call string, err error) er
 
 // Outcome returns the outcome recorded for tenant's key.
 func (l *Ledger[R]) Outcome(ctx context.Context, tenant, key string) (outcome R, ok bool, err error) {
-	key, err = begin(ctx, key)
+	key, err = begin(ctx, tenant, key)
 	if err != nil {
 		return outcome, false, err
 	}
@@ -146,6 +146,9 @@ func (l *Ledger[R]) Outcome(ctx context.Context, tenant, key string) (outcome R,
 
 // ClaimedBy returns the request key that holds tenant's withdrawalID.
 func (l *Ledger[R]) ClaimedBy(ctx context.Context, tenant, withdrawalID string) (key string, ok bool, err error) {
+	if err := ValidateTenant(tenant); err != nil {
+		return "", false, err
+	}
 	if err := ctx.Err(); err != nil {
 		return "", false, err
 	}

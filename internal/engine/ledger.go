@@ -69,8 +69,12 @@ func validKey(key string) (string, error) {
 	return key, nil
 }
 
-// begin checks a call's key, trimming it, and its ctx.
-func begin(ctx context.Context, key string) (string, error) {
+// begin checks a call's tenant, its key, trimming it, and its ctx, in that
+// order: the one place where a call's tenant is checked.
+func begin(ctx context.Context, tenant, key string) (string, error) {
+	if err := ValidateTenant(tenant); err != nil {
+		return "", err
+	}
 	key, err := validKey(key)
 	if err != nil {
 		return "", err

@@ -17,9 +17,15 @@ type Listed struct {
 	Sending bool
 }
 
-// List lists the claims in flight that q selects, each with Sending. Its
-// tenants must be valid, and its Limit at least 1.
+// List lists the claims in flight that q selects, each with Sending, or
+// returns ErrInvalidTenant for a tenant of q's that is not valid. Its Limit
+// must be at least 1.
 func (l *Ledger[R]) List(ctx context.Context, q driver.ListQuery) ([]Listed, error) {
+	for _, tenant := range q.Tenants {
+		if err := ValidateTenant(tenant); err != nil {
+			return nil, err
+		}
+	}
 	lister, ok := l.store.(driver.Lister)
 	if !ok {
 		return nil, fmt.Errorf("%w: the store cannot list its claims in flight (it is not a Lister)", ErrNotSupported)
@@ -53,10 +59,7 @@ type Looked[R any] struct {
 // Look checks tenant and key and returns the key's record as the store has
 // it, and whether a send runs under its claim.
 func (l *Ledger[R]) Look(ctx context.Context, tenant, key string) (Looked[R], error) {
-	if err := ValidateTenant(tenant); err != nil {
-		return Looked[R]{}, err
-	}
-	key, err := begin(ctx, key)
+	key, err := begin(ctx, tenant, key)
 	if err != nil {
 		return Looked[R]{Key: key}, err
 	}

@@ -37,7 +37,7 @@ func (l *Ledger[R]) Submit(ctx context.Context, tenant, key string, req R,
 func (l *Ledger[R]) submit(ctx context.Context, tenant, key string, req R,
 	send func(ctx context.Context, req R) (R, error)) (R, bool, error) {
 	var zero R
-	key, err := begin(ctx, key)
+	key, err := begin(ctx, tenant, key)
 	if err != nil {
 		return zero, false, err
 	}
@@ -74,98 +74,148 @@ func (l *Ledger[R]) submit(ctx context.Context, tenant, key string, req R,
 }
 
 // sendAndRecord calls send for the claim snd, and ends the claim's send:
-// with the answer recorded, or with none, the key left claimed.
+// with the answer recorded, or with none, the key left claimed. Its steps
+// are sendCall's; each that does not return (a panic, or runtime.Goexit in
+// send) ends the send with no outcome, and the log says which it was.
 func (l *Ledger[R]) sendAndRecord(ctx context.Context, tenant, key string, snd driver.Send[R], fp, given *driver.Fingerprint, req R,
 	send func(ctx context.Context, req R) (R, error)) (R, error) {
-	var start time.Time // when send started, timed for an observer only
-	took := func() time.Duration {
-		if l.observer == nil {
-			return 0
-		}
-		return time.Since(start)
-	}
-	// If this function does not return (send, the answer's Fingerprint or
-	// the store panicked, or send exited its goroutine), the claim's send
-	// ends with no outcome, and the log says what was under way.
-	ended, under := false, "send did not return"
-	defer func() {
-		if !ended {
-			l.abandon(ctx, snd)
-			l.report(ctx, tenant, observe.EventOutcomeUnknown, key, fp.WithdrawalID, took(),
-				fmt.Errorf("%w: request key %s: %s", ErrOutcomeUnknown, key, under))
-		}
-	}()
-	under = "the observer panicked, and send was not called"
-	l.report(ctx, tenant, observe.EventClaimed, key, fp.WithdrawalID, 0, nil)
-	under = "send did not return"
-	if l.observer != nil {
-		start = time.Now()
-	}
-	out, err := req, error(nil)
-	if send != nil {
-		out, err = send(&sendCtx{ctx, tenant, fp.WithdrawalID}, req)
-	}
-	if err == nil && l.nilable && isNil(out) {
-		err = errNilAnswer
-	}
+	c := sendCall[R]{l: l, ctx: ctx, tenant: tenant, key: key, snd: snd, fp: *fp}
+	var (
+		out R
+		err error
+	)
+	c.step("the observer panicked, and send was not called", func() { c.report(observe.EventClaimed, nil) })
+	c.step("send did not return", func() { out, err = c.send(req, send) })
 	if err != nil {
-		kind := observe.EventOutcomeUnknown
-		if errors.Is(err, ErrNotSent) {
-			under = "the store panicked while releasing a claim its send moved nothing under"
-			kind, err = observe.EventNotSent, l.notSent(ctx, key, snd, err)
-		} else {
-			l.abandon(ctx, snd)
-			err = fmt.Errorf("%w: request key %s: %w", ErrOutcomeUnknown, key, err)
-		}
-		ended = true
-		l.report(ctx, tenant, kind, key, fp.WithdrawalID, took(), err)
-		return *new(R), err
+		return *new(R), c.unanswered(err)
 	}
-
 	// An answer: it is recorded only if it is for the request's withdrawal,
 	// came while the caller still waited, and every store gives it back as
 	// it is (see exactly).
 	var why error
-	fields := 0
-	under = "the answer's Fingerprint panicked"
-	if got := out.Fingerprint(); got != *given { // an answer that repeats the request's fingerprint is its withdrawal
-		fields = Differing(fp, &got)
-	}
-	switch cerr := ctx.Err(); {
-	case fields == 0 && cerr == nil:
-		why = exactlyBy(&l.exact, &out)
-	case fields != 0 && cerr != nil:
-		why = fmt.Errorf("answer differs in %s, and the context ended: %w", fieldNames(fields), cerr)
-	case fields != 0:
-		why = fmt.Errorf("answer differs in %s", fieldNames(fields))
-	case cerr != nil:
-		why = fmt.Errorf("context ended while send ran: %w", cerr)
-	}
+	c.step("the answer's Fingerprint panicked", func() { why = c.refusal(out, given) })
 	if why != nil {
-		ended = true
 		l.abandon(ctx, snd)
 	} else {
-		// A Settle that fails or panics may have recorded the answer or
-		// not: the claim is abandoned, which marks it only if it is still
-		// in flight.
-		under = "the store panicked while recording the answer"
-		rec, settled, err := snd.Settle(ctx, out)
-		ended = true
-		if err == nil && settled {
-			l.report(ctx, tenant, observe.EventSent, key, fp.WithdrawalID, took(), nil)
-			return out, nil
-		}
-		if err != nil {
-			l.abandon(ctx, snd)
-		}
-		if why = unsettled(&rec, err, out); why == nil { // resolved meanwhile with the same outcome
-			l.report(ctx, tenant, observe.EventSent, key, fp.WithdrawalID, took(), nil)
-			return out, nil
-		}
+		c.step("the store panicked while recording the answer", func() { why = c.record(out) })
 	}
-	err = fmt.Errorf("%w: request key %s: %w", ErrOutcomeNotRecorded, key, why)
-	l.reportAnswer(ctx, tenant, key, fp.WithdrawalID, took(), err, out)
+	if why != nil {
+		err = fmt.Errorf("%w: request key %s: %w", ErrOutcomeNotRecorded, key, why)
+		l.reportAnswer(ctx, tenant, key, fp.WithdrawalID, c.took(), err, out)
+		return out, err
+	}
+	c.report(observe.EventSent, nil)
+	return out, nil
+}
+
+// A sendCall is one claim's send under way, from its claim to the end of
+// its send.
+type sendCall[R driver.Fingerprinter] struct {
+	l           *Ledger[R]
+	ctx         context.Context
+	tenant, key string
+	snd         driver.Send[R]
+	fp          driver.Fingerprint // canonical
+	start       time.Time          // when send started, timed for an observer only
+}
+
+// step runs one step of the send; if it does not return, the claim's send
+// ends with no outcome, and the log says what was under way, before the
+// panic goes on.
+func (c *sendCall[R]) step(under string, run func()) {
+	returned := false
+	defer func() {
+		if !returned {
+			c.l.abandon(c.ctx, c.snd)
+			c.report(observe.EventOutcomeUnknown, fmt.Errorf("%w: request key %s: %s", ErrOutcomeUnknown, c.key, under))
+		}
+	}()
+	run()
+	returned = true
+}
+
+// report reports an event of the send: the time send took with those that
+// end it.
+func (c *sendCall[R]) report(kind observe.EventKind, err error) {
+	took := time.Duration(0)
+	if kind != observe.EventClaimed {
+		took = c.took()
+	}
+	c.l.report(c.ctx, c.tenant, kind, c.key, c.fp.WithdrawalID, took, err)
+}
+
+// took is the time since send started, for an observer only.
+func (c *sendCall[R]) took() time.Duration {
+	if c.l.observer == nil {
+		return 0
+	}
+	return time.Since(c.start)
+}
+
+// send calls send with req in a ctx that carries the withdrawal (req is
+// the answer of a nil send); a nil answer of a nilable R is an error.
+func (c *sendCall[R]) send(req R, send func(ctx context.Context, req R) (R, error)) (R, error) {
+	if c.l.observer != nil {
+		c.start = time.Now()
+	}
+	if send == nil {
+		return req, nil
+	}
+	out, err := send(&sendCtx{c.ctx, c.tenant, c.fp.WithdrawalID}, req)
+	if err == nil && c.l.nilable && isNil(out) {
+		err = errNilAnswer
+	}
 	return out, err
+}
+
+// unanswered ends the send whose error is err: a send that moved nothing
+// (err wraps ErrNotSent) releases its claim, any other leaves it abandoned,
+// its outcome unknown. It returns the caller's error.
+func (c *sendCall[R]) unanswered(err error) error {
+	if errors.Is(err, ErrNotSent) {
+		c.step("the store panicked while releasing a claim its send moved nothing under", func() { err = c.l.notSent(c.ctx, c.key, c.snd, err) })
+		c.report(observe.EventNotSent, err)
+		return err
+	}
+	c.l.abandon(c.ctx, c.snd)
+	err = fmt.Errorf("%w: request key %s: %w", ErrOutcomeUnknown, c.key, err)
+	c.report(observe.EventOutcomeUnknown, err)
+	return err
+}
+
+// refusal says why out, send's answer, is not to be recorded, or returns
+// nil: an answer for another withdrawal than given's, one that came after
+// the caller stopped waiting, or one that a store would not give back as it
+// is.
+func (c *sendCall[R]) refusal(out R, given *driver.Fingerprint) error {
+	fields := 0
+	if got := out.Fingerprint(); got != *given { // an answer that repeats the request's fingerprint is its withdrawal
+		fields = Differing(&c.fp, &got)
+	}
+	switch cerr := c.ctx.Err(); {
+	case fields != 0 && cerr != nil:
+		return fmt.Errorf("answer differs in %s, and the context ended: %w", fieldNames(fields), cerr)
+	case fields != 0:
+		return fmt.Errorf("answer differs in %s", fieldNames(fields))
+	case cerr != nil:
+		return fmt.Errorf("context ended while send ran: %w", cerr)
+	}
+	return exactlyBy(&c.l.exact, &out)
+}
+
+// record settles the claim with out, and returns nil when out is the key's
+// outcome, or why it is not. A Settle that fails or panics may have
+// recorded it or not: the claim is abandoned, which marks it only if it is
+// still in flight.
+func (c *sendCall[R]) record(out R) error {
+	rec, settled, err := c.snd.Settle(c.ctx, out)
+	if err == nil && settled {
+		return nil
+	}
+	if err != nil {
+		c.l.abandon(c.ctx, c.snd)
+	}
+	return unsettled(&rec, err, out) // nil when resolved meanwhile with the same outcome
 }
 
 // unsettled says why out, an answer that Settle did not record (its error

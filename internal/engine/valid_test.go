@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -82,4 +83,34 @@ func TestDifferingNamesTheFields(t *testing.T) {
 	} {
 		assert.Equal(t, c.fields, fieldNames(Differing(&want, &c.got)), "%+v", c.got)
 	}
+}
+
+// TestEveryCallChecksItsTenant: the engine checks the tenant of every
+// call, first, before its key or ctx, and touches no store for an invalid
+// one.
+func TestEveryCallChecksItsTenant(t *testing.T) {
+	l := New[transfer](newMapStore(), nil, nil)
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	bad := "t\x00"
+	sends := 0
+	send := func(_ context.Context, r transfer) (transfer, error) { sends++; return r, nil }
+	w := transfer{ID: "w-1"}
+	_, _, err := l.Submit(done, bad, "", w, send)
+	assert.ErrorIs(t, err, ErrInvalidTenant, "Submit")
+	assert.ErrorIs(t, l.Resolve(done, bad, "", 0, w), ErrInvalidTenant, "Resolve")
+	assert.ErrorIs(t, l.Release(done, bad, "", 0), ErrInvalidTenant, "Release")
+	_, _, err = l.Outcome(done, bad, "")
+	assert.ErrorIs(t, err, ErrInvalidTenant, "Outcome")
+	_, _, err = l.ClaimedBy(done, bad, "w-1")
+	assert.ErrorIs(t, err, ErrInvalidTenant, "ClaimedBy")
+	_, err = l.Wait(done, bad, "")
+	assert.ErrorIs(t, err, ErrInvalidTenant, "Wait")
+	_, err = l.Look(done, bad, "")
+	assert.ErrorIs(t, err, ErrInvalidTenant, "Look")
+	_, err = l.List(done, driver.ListQuery{Tenants: []string{"", bad}, Limit: 1})
+	assert.ErrorIs(t, err, ErrInvalidTenant, "List")
+	_, _, err = SubmitTx(done, &mapTx{mapStore: newMapStore()}, bad, "", w, nil)
+	assert.ErrorIs(t, err, ErrInvalidTenant, "SubmitTx")
+	assert.Zero(t, sends)
 }

@@ -17,7 +17,7 @@ import (
 // connections, which the send needs to record its answer.
 func (l *Ledger[R]) Wait(ctx context.Context, tenant, key string) (R, error) {
 	var zero R
-	key, err := begin(ctx, key)
+	key, err := begin(ctx, tenant, key)
 	if err != nil {
 		return zero, err
 	}

@@ -109,10 +109,7 @@ func CheckTx[R driver.Fingerprinter](ctx context.Context, tenant, key string, re
 // fingerprint, as given and canonical.
 func checkTx[R driver.Fingerprinter](ctx context.Context, tenant, key string, req R) (string, driver.Fingerprint, driver.Fingerprint, error) {
 	var none driver.Fingerprint
-	if err := ValidateTenant(tenant); err != nil {
-		return "", none, none, err
-	}
-	key, err := begin(ctx, key)
+	key, err := begin(ctx, tenant, key)
 	if err != nil {
 		return "", none, none, err
 	}
