@@ -145,7 +145,9 @@ func (s *Submissions[R]) SubmitOrReplay(ctx context.Context, key string, req R,
 // already; ErrIdempotencyConflict when the key has another outcome or
 // withdrawal, or, for an unknown key, when another key claims the withdrawal
 // (a *ConflictError); ErrPruned when the key, or the key that claims the
-// withdrawal, was pruned; and otherwise the refusals of Submit before its claim.
+// withdrawal, was pruned; ErrOutcomeNotRecorded, writing nothing, for an
+// outcome that no store could give back as it is (see docs/rules.md); and
+// otherwise the refusals of Submit before its claim.
 // An unknown key is recorded with the outcome and claims the withdrawal. A
 // key released while Resolve ran gets ErrSubmissionInFlight, nothing
 // recorded; a Resolve again finds it unknown, or claimed anew.

@@ -213,7 +213,7 @@ func TestOutcomesThatCannotBeEncodedAreNotRecorded(t *testing.T) {
 	s := submissions.New[unencodable](quiet)
 	err := s.Resolve(bg, "req-1", unencodable{ID: "w-1"})
 	require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
-	assert.ErrorContains(t, err, "request key req-1: the answer's Ch is a chan, which JSON cannot write")
+	assert.ErrorContains(t, err, "request key req-1: the outcome's Ch is a chan, which JSON cannot write")
 	_, ok, err := s.ClaimedBy(bg, "w-1")
 	require.NoError(t, err)
 	assert.False(t, ok, "Resolve wrote nothing")

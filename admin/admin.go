@@ -53,7 +53,8 @@ var (
 
 	// ErrInvalidOutcome: an outcome given to Resolve, ResolveClaim or
 	// Reconcile was refused by the Admin's outcome check
-	// (WithOutcomeCheck). Nothing was changed.
+	// (WithOutcomeCheck), or is one that no store would give back as it is
+	// (see docs/rules.md). Nothing was changed.
 	ErrInvalidOutcome = errors.New("invalid outcome")
 )
 
@@ -96,10 +97,14 @@ func (a *Admin[R]) WithOutcomeCheck(check func(outcome R) error) *Admin[R] {
 }
 
 // checkOutcome returns the error of an outcome that is no outcome: nil, of
-// an invalid fingerprint, or refused by the Admin's check.
+// an invalid fingerprint, one that no store would give back as it is, or
+// one refused by the Admin's check.
 func (a *Admin[R]) checkOutcome(outcome R) error {
 	if _, err := a.state().Ledger().Fingerprint(outcome); err != nil {
 		return err
+	}
+	if err := a.state().Ledger().Exactly(outcome); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOutcome, err)
 	}
 	if check := a.state().Check(); check != nil {
 		if err := check(outcome); err != nil {

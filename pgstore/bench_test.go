@@ -59,6 +59,11 @@ func newFloor(table string) floorSQL {
 // reports the WAL bytes each side wrote per call too (nothing else should
 // write meanwhile).
 func turns(b *testing.B, callers int, pool *pgxpool.Pool, ledger, floor func(worker, n int) error) {
+	turnsOf(b, callers, perWorker, pool, ledger, floor)
+}
+
+// turnsOf is turns with perWorker calls of each goroutine in a turn.
+func turnsOf(b *testing.B, callers, perWorker int, pool *pgxpool.Pool, ledger, floor func(worker, n int) error) {
 	side := func(turn int, f func(worker, n int) error) time.Duration {
 		var wg sync.WaitGroup
 		start := time.Now()
@@ -172,34 +177,109 @@ func BenchmarkPostgresFresh(b *testing.B) {
 	}
 }
 
-// BenchmarkPostgresReplay: replays of a settled key, beside the floor's
-// SELECT of its row, with 1, 8 and 64 callers.
+// BenchmarkPostgresReplay: replays of settled keys, beside the floor: one
+// pool.QueryRow of "SELECT outcome FROM t WHERE key = $1" on a table of
+// its own (a text primary key and the outcome) and json.Unmarshal of it;
+// with 1, 8 and 64 callers on one pool, in turns of 64 calls. Each caller
+// replays keys of its own, 64 of them in turn. "seen" is a ledger whose
+// Store made the keys; "restarted" is a ledger on a new Store, as after a
+// restart or on another instance, whose first replay of a key also tries to
+// claim it.
 func BenchmarkPostgresReplay(b *testing.B) {
+	const perTurn, keys = 64, 64
 	for _, callers := range callerCounts {
+		for _, restarted := range []bool{false, true} {
+			name := fmt.Sprintf("callers=%d/seen", callers)
+			if restarted {
+				name = fmt.Sprintf("callers=%d/restarted", callers)
+			}
+			b.Run(name, func(b *testing.B) {
+				pool := testPool(b, int32(callers)+2)
+				table := testTable(b, pool)
+				onTable := func() *submissions.Submissions[w] {
+					st, err := New[w](pool, WithTable(table))
+					require.NoError(b, err)
+					require.NoError(b, st.Migrate(bg))
+					return submissions.NewWithStore[w](st, submissions.WithLogger(quiet))
+				}
+				ledger := onTable()
+				floorTable := testTable(b, pool)
+				_, err := pool.Exec(bg, `CREATE TABLE `+floorTable+` (key text PRIMARY KEY, outcome bytea NOT NULL)`)
+				require.NoError(b, err)
+				send := func(_ context.Context, x w) (w, error) { return sent(x, "0xtx"), nil }
+				for g := range callers {
+					for n := range keys {
+						key, x := benchWithdrawal("L", g, n)
+						_, err := ledger.Submit(bg, key, x, send)
+						require.NoError(b, err)
+						key, x = benchWithdrawal("F", g, n)
+						outcome, err := json.Marshal(sent(x, "0xtx"))
+						require.NoError(b, err)
+						_, err = pool.Exec(bg, `INSERT INTO `+floorTable+` VALUES ($1, $2)`, key, outcome)
+						require.NoError(b, err)
+					}
+				}
+				if restarted {
+					ledger = onTable()
+				}
+				turnsOf(b, callers, max(1, perTurn/callers), nil, func(worker, n int) error {
+					key, x := benchWithdrawal("L", worker, n%keys)
+					_, err := ledger.Submit(bg, key, x, send)
+					return err
+				}, func(worker, n int) error {
+					key, _ := benchWithdrawal("F", worker, n%keys)
+					var outcome []byte
+					if err := pool.QueryRow(bg, `SELECT outcome FROM `+floorTable+` WHERE key = $1`, key).Scan(&outcome); err != nil {
+						return err
+					}
+					var x w
+					return json.Unmarshal(outcome, &x)
+				})
+			})
+		}
+	}
+}
+
+// BenchmarkPostgresReplayRecord is what reading the record a replay needs
+// costs beside BenchmarkPostgresReplay's floor: the Store's own statement
+// for a key's record (its fingerprint, for the ledger to check the retry's
+// withdrawal, its token and its flags, with the outcome), issued directly
+// through pgx and decoded, beside the floor's statement, with 1 and 8
+// callers, in turns of 64 calls.
+func BenchmarkPostgresReplayRecord(b *testing.B) {
+	const perTurn = 64
+	for _, callers := range callerCounts[:2] {
 		b.Run(fmt.Sprint("callers=", callers), func(b *testing.B) {
-			ledger, pool, floor := benchStores(b, callers)
-			send := func(_ context.Context, x w) (w, error) { return sent(x, "0xtx"), nil }
+			pool := testPool(b, int32(callers)+2)
+			st, err := New[w](pool, WithTable(testTable(b, pool)))
+			require.NoError(b, err)
+			require.NoError(b, st.Migrate(bg))
+			floorTable := testTable(b, pool)
+			_, err = pool.Exec(bg, `CREATE TABLE `+floorTable+` (key text PRIMARY KEY, outcome bytea NOT NULL)`)
+			require.NoError(b, err)
 			for g := range callers {
 				key, x := benchWithdrawal("L", g, 0)
-				_, err := ledger.Submit(bg, key, x, send)
+				outcome := sent(x, "0xtx")
+				_, _, err := st.Claim(bg, floorTenant, key, x.Fingerprint(), &outcome)
 				require.NoError(b, err)
-				key, x = benchWithdrawal("F", g, 0)
-				var token int64
-				require.NoError(b, pool.QueryRow(bg, floor.insert, floorTenant, key, x.ID, x.Amount, x.Currency, x.Dest).Scan(&token))
-				outcome, err := json.Marshal(sent(x, "0xtx"))
+				encoded, err := json.Marshal(outcome)
 				require.NoError(b, err)
-				_, err = pool.Exec(bg, floor.update, floorTenant, key, token, outcome)
+				_, err = pool.Exec(bg, `INSERT INTO `+floorTable+` VALUES ($1, $2)`, key, encoded)
 				require.NoError(b, err)
 			}
-			turns(b, callers, nil, func(worker, _ int) error {
-				key, x := benchWithdrawal("L", worker, 0)
-				_, err := ledger.Submit(bg, key, x, send)
+			turnsOf(b, callers, max(1, perTurn/callers), nil, func(worker, _ int) error {
+				key, _ := benchWithdrawal("L", worker, 0)
+				var row storedRow
+				if err := pool.QueryRow(bg, st.sql.lookup, floorTenant, key).Scan(&row.token, &row.fp.WithdrawalID, &row.fp.Amount,
+					&row.fp.Currency, &row.fp.Destination, &row.outcome, &row.pruned, &row.abandoned); err != nil {
+					return err
+				}
+				_, err := st.record(key, row)
 				return err
 			}, func(worker, _ int) error {
-				key, _ := benchWithdrawal("F", worker, 0)
-				var id, amount, currency, dest string
+				key, _ := benchWithdrawal("L", worker, 0)
 				var outcome []byte
-				if err := pool.QueryRow(bg, floor.selectRow, floorTenant, key).Scan(&id, &amount, &currency, &dest, &outcome); err != nil {
+				if err := pool.QueryRow(bg, `SELECT outcome FROM `+floorTable+` WHERE key = $1`, key).Scan(&outcome); err != nil {
 					return err
 				}
 				var x w

@@ -12,10 +12,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemledger/submissions/internal/testdb"
 )
 
 // urlVar names the connection string the tests read.
-const urlVar = "SUBMISSIONS_TEST_DATABASE_URL"
+const urlVar = testdb.URLVar
 
 // restartVar names the shell command that restarts the test database's server
 // in immediate mode (a crash-like stop, then a start), for the restart test:
@@ -33,14 +35,7 @@ func testPool(t testing.TB, conns int32) *pgxpool.Pool {
 // testPoolWith is testPool with configure applied to the pool's config.
 func testPoolWith(t testing.TB, conns int32, configure func(*pgxpool.Config)) *pgxpool.Pool {
 	t.Helper()
-	url := os.Getenv(urlVar)
-	if url == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not set, and CI=true: the PostgreSQL tests must run (scripts/test starts a server)", urlVar)
-		}
-		t.Skipf("%s is not set: skipping a PostgreSQL test (scripts/test starts a local server when it can)", urlVar)
-	}
-	cfg, err := pgxpool.ParseConfig(url)
+	cfg, err := pgxpool.ParseConfig(testdb.URL(t))
 	require.NoError(t, err, urlVar)
 	cfg.MaxConns = conns
 	if configure != nil {

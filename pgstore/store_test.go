@@ -18,26 +18,20 @@ import (
 	"github.com/idemledger/submissions/storetest"
 )
 
-type withdrawal struct{ ID string }
-
-func (w withdrawal) Fingerprint() submissions.Fingerprint {
-	return submissions.Fingerprint{WithdrawalID: w.ID, Amount: "1", Currency: "BTC", Destination: "bc1q"}
-}
-
 var bg = context.Background()
 
 func TestNewRefusesBadInput(t *testing.T) {
-	_, err := New[withdrawal](nil)
+	_, err := New[w](nil)
 	assert.EqualError(t, err, "pgstore: nil pool")
 	pool := &pgxpool.Pool{} // never used: New does not touch the database
-	_, err = New[withdrawal](pool, WithCodec(nil))
+	_, err = New[w](pool, WithCodec(nil))
 	assert.EqualError(t, err, "pgstore: nil codec")
 	for _, name := range []string{"", "Submissions", "1abc", "a-b", "a.b.c", "x;drop table y", strings.Repeat("a", 41), ".a", "a."} {
-		_, err := New[withdrawal](pool, WithTable(name))
+		_, err := New[w](pool, WithTable(name))
 		assert.Error(t, err, "WithTable(%q)", name)
 	}
 	for _, name := range []string{"submissions", "payouts.submissions", "_t1", strings.Repeat("a", 40)} {
-		_, err := New[withdrawal](pool, WithTable(name))
+		_, err := New[w](pool, WithTable(name))
 		assert.NoError(t, err, "WithTable(%q)", name)
 	}
 }
@@ -45,7 +39,7 @@ func TestNewRefusesBadInput(t *testing.T) {
 func TestMigrateIsIdempotent(t *testing.T) {
 	pool := testPool(t, 4)
 	table := testTable(t, pool)
-	s, err := New[withdrawal](pool, WithTable(table))
+	s, err := New[w](pool, WithTable(table))
 	require.NoError(t, err)
 	for i := range 2 {
 		require.NoError(t, s.Migrate(bg), "Migrate #%d", i+1)
@@ -75,7 +69,7 @@ func migrateAtOnce(t *testing.T, instances int, newPool func() *pgxpool.Pool, ta
 	start := make(chan struct{})
 	errs := make(chan error, instances)
 	for range instances {
-		s, err := New[withdrawal](newPool(), WithTable(table))
+		s, err := New[w](newPool(), WithTable(table))
 		require.NoError(t, err)
 		ready.Add(1)
 		done.Add(1)
@@ -101,7 +95,7 @@ func migrateAtOnce(t *testing.T, instances int, newPool func() *pgxpool.Pool, ta
 func TestUniqueConstraintsPickOneWinner(t *testing.T) {
 	const racers = 16
 	pool := testPool(t, racers)
-	s := newTestStore[withdrawal](t, pool)
+	s := newTestStore[w](t, pool)
 	insert := `INSERT INTO ` + s.names.table + ` (request_key, withdrawal_id, amount, currency, destination) VALUES ($1, $2, '1', 'BTC', 'bc1q')`
 	for _, c := range []struct {
 		name string
@@ -151,7 +145,7 @@ func TestUniqueConstraintsPickOneWinner(t *testing.T) {
 }
 
 func TestTranslateLeavesOtherErrorsAlone(t *testing.T) {
-	s, err := New[withdrawal](&pgxpool.Pool{})
+	s, err := New[w](&pgxpool.Pool{})
 	require.NoError(t, err)
 	plain := fmt.Errorf("connection reset")
 	assert.Same(t, plain, s.translate(plain))
@@ -174,21 +168,21 @@ func TestTranslateLeavesOtherErrorsAlone(t *testing.T) {
 // A Store answers the driver's optional calls but the two a process answers
 // best alone.
 var (
-	_ driver.Store[withdrawal]  = (*Store[withdrawal])(nil)
-	_ driver.Lister             = (*Store[withdrawal])(nil)
-	_ driver.Waiter[withdrawal] = (*Store[withdrawal])(nil)
-	_ driver.Abandoner          = (*Store[withdrawal])(nil)
-	_ driver.Pruner             = (*Store[withdrawal])(nil)
+	_ driver.Store[w]  = (*Store[w])(nil)
+	_ driver.Lister    = (*Store[w])(nil)
+	_ driver.Waiter[w] = (*Store[w])(nil)
+	_ driver.Abandoner = (*Store[w])(nil)
+	_ driver.Pruner    = (*Store[w])(nil)
 )
 
 // TestNeitherATrackerNorAReplayer: the sends under way and the outcomes a
 // process remembers are each process's own, not the table's: a ledger on a
 // Store keeps its marks of its own sends, and checks every retry in the table.
 func TestNeitherATrackerNorAReplayer(t *testing.T) {
-	var st any = (*Store[withdrawal])(nil)
-	_, tracker := st.(driver.Tracker[withdrawal])
+	var st any = (*Store[w])(nil)
+	_, tracker := st.(driver.Tracker[w])
 	assert.False(t, tracker, "a driver.Tracker")
-	_, replayer := st.(driver.Replayer[withdrawal])
+	_, replayer := st.(driver.Replayer[w])
 	assert.False(t, replayer, "a driver.Replayer")
 }
 

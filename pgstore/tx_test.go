@@ -1156,7 +1156,7 @@ func TestHooks(t *testing.T) {
 		}
 	})
 	t.Run("New refuses hooks of another type", func(t *testing.T) {
-		_, err := New[w](&pgxpool.Pool{}, WithHooks(Hooks[withdrawal]{}))
+		_, err := New[w](&pgxpool.Pool{}, WithHooks(Hooks[string]{}))
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "WithHooks")
 	})

@@ -15,17 +15,13 @@ import (
 
 	"github.com/idemledger/submissions"
 	"github.com/idemledger/submissions/driver"
+	"github.com/idemledger/submissions/internal/testdb"
 )
 
 // testPool returns a pool on the test database, closed when t ends. Without a
 // database it skips t, saying how to get one; with CI=true it fails t instead.
 func testPool(t *testing.T) *pgxpool.Pool {
-	url := os.Getenv("SUBMISSIONS_TEST_DATABASE_URL")
-	if url == "" {
-		require.NotEqual(t, "true", os.Getenv("CI"), "SUBMISSIONS_TEST_DATABASE_URL is not set, and CI=true: the PostgreSQL checks must run")
-		t.Skip("SUBMISSIONS_TEST_DATABASE_URL is not set: skipping the PostgreSQL checks (scripts/test starts a local server when it can)")
-	}
-	cfg, err := pgxpool.ParseConfig(url)
+	cfg, err := pgxpool.ParseConfig(testdb.URL(t))
 	require.NoError(t, err)
 	cfg.MaxConns = 16 // more than the clients: each call has a connection of its own
 	pool, err := pgxpool.NewWithConfig(bg, cfg)

@@ -23,6 +23,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/idemledger/submissions/internal/testdb"
 )
 
 func TestMain(m *testing.M) {
@@ -30,7 +32,7 @@ func TestMain(m *testing.M) {
 }
 
 // urlVar names the connection string of the PostgreSQL tests.
-const urlVar = "SUBMISSIONS_TEST_DATABASE_URL"
+const urlVar = testdb.URLVar
 
 // forEachStore runs test as a subtest on each store: "memory", and
 // "postgres" on a schema of its own (see testDatabase), with db its
@@ -48,13 +50,7 @@ var schemas atomic.Int64
 // it skips the test, saying how to get one; with CI=true it fails it instead.
 func testDatabase(t *testing.T) string {
 	t.Helper()
-	base := os.Getenv(urlVar)
-	if base == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not set, and CI=true: the PostgreSQL tests must run (scripts/test starts a server)", urlVar)
-		}
-		t.Skipf("%s is not set: skipping a PostgreSQL test (scripts/test starts a local server when it can; or scripts/pg prints the URL of one)", urlVar)
-	}
+	base := testdb.URL(t)
 	schema := fmt.Sprintf("payoutd_test_%d_%d", os.Getpid(), schemas.Add(1))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -22,6 +22,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/idemledger/submissions/internal/testdb"
 )
 
 // mainVar, set to a JSON array of arguments, makes the test binary the sales
@@ -41,7 +43,7 @@ func TestMain(m *testing.M) {
 }
 
 // urlVar names the connection string of the PostgreSQL tests.
-const urlVar = "SUBMISSIONS_TEST_DATABASE_URL"
+const urlVar = testdb.URLVar
 
 // testDB is a test's own schema in the test database.
 type testDB struct {
@@ -56,13 +58,7 @@ type testDB struct {
 // get one; with CI=true it fails it instead.
 func testDatabase(t *testing.T) *testDB {
 	t.Helper()
-	base := os.Getenv(urlVar)
-	if base == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not set, and CI=true: the PostgreSQL tests must run (scripts/test starts a server)", urlVar)
-		}
-		t.Skipf("%s is not set: skipping a PostgreSQL test (scripts/test starts a local server when it can; or scripts/pg prints the URL of one)", urlVar)
-	}
+	base := testdb.URL(t)
 	schema := fmt.Sprintf("sales_test_%d_%x", os.Getpid(), rand.Uint64())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -166,9 +166,9 @@ func exactlyBy[R any](c *outcomeCheck, outcome *R) error {
 	case what == "":
 		return nil
 	case path == "":
-		return fmt.Errorf("the answer %s", what)
+		return fmt.Errorf("the outcome %s", what)
 	}
-	return fmt.Errorf("the answer's %s %s", strings.TrimPrefix(path, "."), what)
+	return fmt.Errorf("the outcome's %s %s", strings.TrimPrefix(path, "."), what)
 }
 
 // reflected runs check on a copy of outcome, so that only an outcome that

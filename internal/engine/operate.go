@@ -84,6 +84,12 @@ func (l *Ledger[R]) Fingerprint(outcome R) (driver.Fingerprint, error) {
 	return l.fingerprint(outcome)
 }
 
+// Exactly returns nil when every store gives outcome back as it is, and
+// otherwise says where it would not (see exactly).
+func (l *Ledger[R]) Exactly(outcome R) error {
+	return exactlyBy(&l.exact, &outcome)
+}
+
 // Prune turns the records settled before before into tombstones, in batches
 // of batch (at least 1), until a batch prunes fewer or ctx ends, and returns
 // how many it pruned.

@@ -337,9 +337,9 @@ func testResolveClaimRecordsOnTheListedClaim(t *testing.T, newStore Factory) {
 	acme := f.s.Tenant("acme")
 	strand(t, acme, "req-1", f.w)
 	c := claimOf(t, f.admin, "acme", "req-1")
-	found := f.w.sent("0xfound")
+	found := sentTx(f.w, "0xfound")
 
-	other := newWithdrawal("w-2").sent("0xfound")
+	other := sentTx(newWithdrawal("w-2"), "0xfound")
 	requireRefusal(t, f.admin.ResolveClaim(bg, c, other), submissions.ErrIdempotencyConflict)
 	requireKeptClaim(t, acme, "req-1", f.w)
 
@@ -354,7 +354,7 @@ func testResolveClaimRecordsOnTheListedClaim(t *testing.T, newStore Factory) {
 
 	require.NoError(t, f.admin.ResolveClaim(bg, c, found), "the same outcome again")
 	require.Equal(t, 1, f.events.count(observe.EventResolved, "acme", "req-1"), "EventResolved once")
-	requireRefusal(t, f.admin.ResolveClaim(bg, c, f.w.sent("0xother")), submissions.ErrIdempotencyConflict)
+	requireRefusal(t, f.admin.ResolveClaim(bg, c, sentTx(f.w, "0xother")), submissions.ErrIdempotencyConflict)
 	requireRefusal(t, f.admin.ReleaseClaim(bg, c), submissions.ErrIdempotencyConflict)
 	requireOutcome(t, acme, "req-1", found, true)
 
@@ -405,7 +405,7 @@ func testActionsOnAClaimReleasedAndClaimedAgainChangeNothing(t *testing.T, newSt
 	require.NotEqual(t, first.Token, again.Token, "a new claim, a new token")
 
 	for name, err := range map[string]error{
-		"ResolveClaim": f.admin.ResolveClaim(bg, first, f.w.sent("0xfound")),
+		"ResolveClaim": f.admin.ResolveClaim(bg, first, sentTx(f.w, "0xfound")),
 		"ReleaseClaim": f.admin.ReleaseClaim(bg, first),
 	} {
 		requireRefusal(t, err, admin.ErrClaimChanged)
@@ -470,14 +470,14 @@ func testReconcileActsOnTheRailsVerdicts(t *testing.T, newStore Factory) {
 		done <- err
 	}()
 	<-started
-	found := ws["sent"].sent("0xfound")
+	found := sentTx(ws["sent"], "0xfound")
 	v := &verdicts{by: map[string]func(admin.Claim) (admin.Finding[Withdrawal], error){
 		"sent":     sentAs(found),
 		"not-sent": notSent,
 		"check-fails": func(admin.Claim) (admin.Finding[Withdrawal], error) {
 			return admin.Finding[Withdrawal]{}, errCheck
 		},
-		"sent-elsewhere": sentAs(newWithdrawal("w-other").sent("0xother")), // another withdrawal's
+		"sent-elsewhere": sentAs(sentTx(newWithdrawal("w-other"), "0xother")),
 		"odd-verdict": func(admin.Claim) (admin.Finding[Withdrawal], error) {
 			return admin.Finding[Withdrawal]{Verdict: 7}, nil
 		},
@@ -560,7 +560,7 @@ func testReconcileLeavesAClaimTakenMeanwhileAlone(t *testing.T, newStore Factory
 			rep, err := f.admin.Reconcile(bg, 0, func(ctx context.Context, c admin.Claim) (admin.Finding[Withdrawal], error) {
 				require.NoError(t, f.s.Release(ctx, "req-1"))
 				strand(t, f.s, "req-1", f.w)
-				return admin.Finding[Withdrawal]{Verdict: verdict, Outcome: f.w.sent("0xfound")}, nil
+				return admin.Finding[Withdrawal]{Verdict: verdict, Outcome: sentTx(f.w, "0xfound")}, nil
 			})
 			require.NoError(t, err)
 			requireKeptClaim(t, f.s, "req-1", f.w)
@@ -596,7 +596,7 @@ func testConcurrentReconcilersCloseEachClaimOnce(t *testing.T, newStore Factory)
 		strand(t, f.s, key, w)
 		answer, token := notSent, claimOf(t, f.admin, "", key).Token
 		if i%2 == 0 {
-			answer = sentAs(w.sent("0xfound-" + w.ID))
+			answer = sentAs(sentTx(w, "0xfound-"+w.ID))
 		}
 		v.by[key] = func(c admin.Claim) (admin.Finding[Withdrawal], error) {
 			if c.Token != token {
@@ -648,7 +648,7 @@ func testConcurrentReconcilersCloseEachClaimOnce(t *testing.T, newStore Factory)
 			out, replayed, err := f.s.SubmitOrReplay(bg, key, w, f.rail.send)
 			require.NoError(t, err)
 			require.True(t, replayed)
-			require.Equal(t, w.sent("0xfound-"+w.ID), out)
+			require.Equal(t, sentTx(w, "0xfound-"+w.ID), out)
 			continue
 		}
 		require.Equal(t, 1, released, "%s released once", key)

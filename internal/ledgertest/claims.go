@@ -55,7 +55,7 @@ func testStoreClaimsOnceAndRefusesASecondKey(t *testing.T, newStore Factory) {
 	require.NoError(t, err)
 	require.False(t, found, "the loser leaves no trace")
 
-	found2 := newWithdrawal("w-2").sent("0xfound")
+	found2 := sentTx(newWithdrawal("w-2"), "0xfound")
 	fp2 := submissions.Fingerprint{WithdrawalID: "w-2", Amount: "25", Currency: "USDC", Destination: "0xabc"}
 	rec2, claimed, err := st.Claim(bg, "", "req-3", fp2, &found2)
 	require.NoError(t, err)
@@ -95,7 +95,7 @@ func testStoreSettlesAndReleasesOnlyTheNamedClaim(t *testing.T, newStore Factory
 	require.True(t, claimed)
 	require.NotEqual(t, first.Token, second.Token, "a claim of a released key is a new claim")
 
-	answer := newWithdrawal("w-1").sent("0xfirst")
+	answer := sentTx(newWithdrawal("w-1"), "0xfirst")
 	rec, settled, err := st.Settle(bg, "", "req-1", first.Token, answer)
 	require.NoError(t, err)
 	require.False(t, settled, "the first claim's answer does not land on the second")
@@ -146,7 +146,7 @@ func testAnswerDoesNotLandOnANewClaimOfTheSameWithdrawal(t *testing.T, newStore 
 		return f.rail.send(ctx, req)
 	})
 	require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
-	require.Equal(t, f.w.sent("0xtx-w-1"), out, "the rail's answer comes back")
+	require.Equal(t, sentTx(f.w, "0xtx-w-1"), out, "the rail's answer comes back")
 	require.ErrorIs(t, err, submissions.ErrReleasedMeanwhile)
 	requireKeptClaim(t, f.s, "req-1", f.w)
 	f.logs.requireAnswerLogged(t, slog.LevelError, "req-1", "w-1", "0xtx-w-1")
@@ -162,7 +162,7 @@ func testAnswerDoesNotLandOnAClaimOfAnotherWithdrawal(t *testing.T, newStore Fac
 		return f.rail.send(ctx, req)
 	})
 	require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
-	require.Equal(t, f.w.sent("0xtx-w-1"), out)
+	require.Equal(t, sentTx(f.w, "0xtx-w-1"), out)
 	requireKeptClaim(t, f.s, "req-1", w2)
 	requireHolder(t, f.s, "w-1", "")
 }
@@ -176,7 +176,7 @@ func testAnswerAfterAReleaseIsNotRecorded(t *testing.T, newStore Factory) {
 	})
 	require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
 	require.Contains(t, err.Error(), "released")
-	require.Equal(t, f.w.sent("0xtx-w-1"), out)
+	require.Equal(t, sentTx(f.w, "0xtx-w-1"), out)
 	requireOutcome(t, f.s, "req-1", Withdrawal{}, false)
 	requireHolder(t, f.s, "w-1", "")
 }

@@ -76,7 +76,7 @@ func testConcurrentTapsOfOneKeySendOnce(t *testing.T, newStore Factory) {
 	for round := range 10 {
 		f := setUp(t, newStore)
 		w := newWithdrawal(fmt.Sprint("w-", round))
-		want := w.sent("0xtx-" + w.ID)
+		want := sentTx(w, "0xtx-"+w.ID)
 		var outcomes atomic.Int64
 		errs := together(t, taps, func(_ int, hold <-chan struct{}) error {
 			out, err := f.s.Submit(bg, "req-1", w, func(ctx context.Context, req Withdrawal) (Withdrawal, error) {
@@ -217,7 +217,7 @@ func stressRound(t *testing.T, newStore Factory, seed uint64) (sends, ops int64)
 				panic(rigged)
 			}
 			delivered[i].Add(1)
-			return req.sent("0xtx"), nil
+			return sentTx(req, "0xtx"), nil
 		}
 	}
 	// checkOutcome: a key with an outcome holds its withdrawal's claim for good.
@@ -268,7 +268,7 @@ func stressRound(t *testing.T, newStore Factory, seed uint64) (sends, ops int64)
 							submissions.ErrSubmissionInFlight, submissions.ErrOutcomeNotRecorded)
 					}()
 				case op < 6:
-					expected("Resolve", s.Resolve(bg, key, req.sent("0xresolved")),
+					expected("Resolve", s.Resolve(bg, key, sentTx(req, "0xresolved")),
 						submissions.ErrIdempotencyConflict, submissions.ErrSubmissionInFlight)
 				case op < 8:
 					expected("Release", s.Release(bg, key), submissions.ErrIdempotencyConflict, submissions.ErrSubmissionInFlight)

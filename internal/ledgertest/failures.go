@@ -95,7 +95,7 @@ func testAbandonFailureLeavesTheLedgerWhole(t *testing.T, newStore Factory) {
 			}, "the send's own panic goes on")
 			requireAbandoned("req-1", "req-2")
 			_, err = f.s.Submit(bg, "req-3", newWithdrawal("w-3"), func(context.Context, Withdrawal) (Withdrawal, error) {
-				return newWithdrawal("w-other").sent("0xother"), nil
+				return sentTx(newWithdrawal("w-other"), "0xother"), nil
 			})
 			require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
 			requireAbandoned("req-1", "req-2", "req-3")
@@ -205,10 +205,10 @@ func testStoreFailureIsErrStoreFailed(t *testing.T, newStore Factory) {
 			assert.Zero(t, out)
 			return err
 		}},
-		{"Claim", func(f *fixture) error { return f.s.Resolve(bg, "req-1", f.w.sent("0xfound")) }},
+		{"Claim", func(f *fixture) error { return f.s.Resolve(bg, "req-1", sentTx(f.w, "0xfound")) }},
 		{"Settle", func(f *fixture) error {
 			strand(t, f.s, "req-1", f.w)
-			return f.s.Resolve(bg, "req-1", f.w.sent("0xfound"))
+			return f.s.Resolve(bg, "req-1", sentTx(f.w, "0xfound"))
 		}},
 		{"Lookup", func(f *fixture) error { strand(t, f.s, "req-1", f.w); return f.s.Release(bg, "req-1") }},
 		{"Release", func(f *fixture) error { strand(t, f.s, "req-1", f.w); return f.s.Release(bg, "req-1") }},
@@ -236,7 +236,7 @@ func testAnswerIsNotRecordedWhenTheStoreFails(t *testing.T, newStore Factory) {
 	require.ErrorIs(t, err, errLostConnection)
 	require.NotErrorIs(t, err, submissions.ErrStoreFailed, "money moved: not the class that says nothing was sent")
 	require.Contains(t, err.Error(), "may or may not", "the store may have recorded it before it failed")
-	require.Equal(t, f.w.sent("0xtx-w-1"), out, "the rail's answer comes back")
+	require.Equal(t, sentTx(f.w, "0xtx-w-1"), out, "the rail's answer comes back")
 	// The key stays in flight, for this instance and any other.
 	other := submissions.NewWithStore(st, submissions.WithLogger(quiet))
 	requireKeptClaim(t, other, "req-1", f.w)
@@ -343,7 +343,7 @@ func testReleaseWaitsForAClaimUntilItsContextEnds(t *testing.T, newStore Factory
 	close(finish)
 	require.NoError(t, <-submitted)
 	f.rail.requireSends(t, 1)
-	requireOutcome(t, f.s, "req-1", f.w.sent("0xtx-w-1"), true)
+	requireOutcome(t, f.s, "req-1", sentTx(f.w, "0xtx-w-1"), true)
 }
 
 // testReleaseIsNotHeldUpByRetries: an operator releases a stuck key while

@@ -117,7 +117,7 @@ func testValuesAtTheLimitsAreHeld(t *testing.T, newStore Factory) {
 		key := fmt.Sprint("req-", i)
 		out, err := f.s.Submit(bg, key, w, f.rail.send)
 		require.NoError(t, err, "Submit of case %d", i)
-		require.Equal(t, w.sent("0xtx-"+w.ID), out)
+		require.Equal(t, sentTx(w, "0xtx-"+w.ID), out)
 		replay, err := f.s.Submit(bg, key, w, f.rail.send)
 		require.NoError(t, err, "replay of case %d", i)
 		require.Equal(t, out, replay)

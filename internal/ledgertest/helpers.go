@@ -12,28 +12,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/storetest"
 )
 
-// Withdrawal is the type the suite submits, as a payout service would have
-// it: its fingerprint stays the same as it moves from approved to sent. A
-// store under test must keep its outcomes whole (all fields are exported and
-// encode to JSON).
-type Withdrawal struct {
-	ID       string
-	Amount   string
-	Currency string
-	Dest     string
-	State    string
-	TxHash   string
-}
+// Withdrawal is the type the suite submits: storetest's, the one type of
+// withdrawal the project's suites share. Its fingerprint stays the same as
+// it moves from approved to sent.
+type Withdrawal = storetest.Withdrawal
 
-// Fingerprint returns the withdrawal's identity: id, amount, currency and
-// destination.
-func (w Withdrawal) Fingerprint() submissions.Fingerprint {
-	return submissions.Fingerprint{WithdrawalID: w.ID, Amount: w.Amount, Currency: w.Currency, Destination: w.Dest}
-}
-
-func (w Withdrawal) sent(tx string) Withdrawal {
+// sentTx is w sent, under the rail's transaction tx.
+func sentTx(w Withdrawal, tx string) Withdrawal {
 	w.State, w.TxHash = "sent", tx
 	return w
 }
@@ -50,7 +38,7 @@ type rail struct {
 // send moves the money and answers with w sent under transaction 0xtx-<id>.
 func (r *rail) send(_ context.Context, w Withdrawal) (Withdrawal, error) {
 	r.calls.Add(1)
-	return w.sent("0xtx-" + w.ID), nil
+	return sentTx(w, "0xtx-"+w.ID), nil
 }
 
 // requireSends stops t unless the rail moved money want times.

@@ -263,7 +263,7 @@ type ledger = submissions.Submissions[Withdrawal]
 
 var (
 	injW      = newWithdrawal("w-1")
-	injAnswer = injW.sent("0xtx-w-1") // what the rail answers for injW
+	injAnswer = sentTx(injW, "0xtx-w-1") // what the rail answers for injW
 )
 
 // Starting states. The rail's count says whether money moved.

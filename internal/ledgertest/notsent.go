@@ -67,7 +67,7 @@ func testNotSentReleasesAndARetrySendsOnce(t *testing.T, newStore Factory) {
 
 func testNotSentLeavesAClaimResolvedMeanwhile(t *testing.T, newStore Factory) {
 	f := setUp(t, newStore)
-	resolved := f.w.sent("0xtx-operator")
+	resolved := sentTx(f.w, "0xtx-operator")
 	_, err := f.s.Submit(bg, "req-1", f.w, func(ctx context.Context, w Withdrawal) (Withdrawal, error) {
 		require.NoError(t, f.elsewhere().Resolve(ctx, "req-1", resolved))
 		return Withdrawal{}, errBusy
@@ -132,7 +132,7 @@ func testNotSentRacingReleasesAndResolvesSendsOnce(t *testing.T, newStore Factor
 				return Withdrawal{}, errRail // and it moved nothing: an operator may release it
 			}
 			moved.Add(1)
-			return w.sent("0xtx-" + w.ID), nil
+			return sentTx(w, "0xtx-"+w.ID), nil
 		}
 		const clients, operators = 8, 4
 		var wg sync.WaitGroup
@@ -177,7 +177,7 @@ func testNotSentRacingReleasesAndResolvesSendsOnce(t *testing.T, newStore Factor
 				default: // resolves a key once, at some moment after a release, while the clients run
 					for clientsLeft.Load() > 0 {
 						if freed.Load() > 0 && rand.IntN(64) == 0 {
-							report("resolver", other.Resolve(bg, fmt.Sprint("req-", i%2), w.sent("0xtx-operator")))
+							report("resolver", other.Resolve(bg, fmt.Sprint("req-", i%2), sentTx(w, "0xtx-operator")))
 							return
 						}
 						runtime.Gosched()
@@ -240,7 +240,7 @@ func testRailKeyIsTheWithdrawalsOnEveryClaim(t *testing.T, newStore Factory) {
 			mu.Lock()
 			keys[tenant+"/"+w.ID] = append(keys[tenant+"/"+w.ID], key)
 			mu.Unlock()
-			return w.sent("0xtx"), outcome
+			return sentTx(w, "0xtx"), outcome
 		}
 	}
 	for _, tenant := range []string{"", "t1"} {

@@ -69,7 +69,7 @@ func doneKey(t *testing.T, f *fixture) driver.Token {
 func resolvedKey(t *testing.T, f *fixture) driver.Token {
 	t.Helper()
 	token := abandonedKey(t, f)
-	require.NoError(t, f.s.Resolve(bg, "req-1", f.w.sent("0xfirst")))
+	require.NoError(t, f.s.Resolve(bg, "req-1", sentTx(f.w, "0xfirst")))
 	return token
 }
 
@@ -99,32 +99,32 @@ func release(a *admin.Admin[Withdrawal], tg admin.Target, _ *fixture) admin.Resu
 }
 
 func sentWith(tx string) func(Withdrawal) Withdrawal {
-	return func(w Withdrawal) Withdrawal { return w.sent(tx) }
+	return func(w Withdrawal) Withdrawal { return sentTx(w, tx) }
 }
 
 var operations = []operate{
 	{name: "resolve an abandoned claim", setup: abandonedKey, act: resolveWith(sentWith("0xop")),
 		decision: admin.Changed, state: "in flight", message: `^resolved request key req-1 \(token TOKEN\): its retries get this outcome$`,
-		after: func(t *testing.T, f *fixture) { requireOutcome(t, f.s, "req-1", f.w.sent("0xop"), true) }},
+		after: func(t *testing.T, f *fixture) { requireOutcome(t, f.s, "req-1", sentTx(f.w, "0xop"), true) }},
 	{name: "resolve again", setup: resolvedKey, act: resolveWith(sentWith("0xfirst")),
 		decision: admin.Unchanged, state: "done", message: `^request key req-1 already has this outcome: nothing changed$`},
 	{name: "resolve with another outcome", setup: resolvedKey, act: resolveWith(sentWith("0xother")),
 		decision: admin.Refused, rule: admin.RuleAnotherOutcome, field: "outcome", err: submissions.ErrIdempotencyConflict, state: "done",
 		message: `^request key req-1 has another outcome: nothing changed \(an outcome is never replaced\)$`,
-		after:   func(t *testing.T, f *fixture) { requireOutcome(t, f.s, "req-1", f.w.sent("0xfirst"), true) }},
+		after:   func(t *testing.T, f *fixture) { requireOutcome(t, f.s, "req-1", sentTx(f.w, "0xfirst"), true) }},
 	{name: "resolve with a changed amount", setup: abandonedKey,
-		act:      resolveWith(func(w Withdrawal) Withdrawal { w.Amount = "26"; return w.sent("0xop") }),
+		act:      resolveWith(func(w Withdrawal) Withdrawal { w.Amount = "26"; return sentTx(w, "0xop") }),
 		decision: admin.Refused, rule: admin.RuleFieldDiffers, field: "amount", err: submissions.ErrIdempotencyConflict, state: "in flight",
 		message: `^the outcome differs from the claim's withdrawal: amount "26" is not the claim's "25": nothing changed$`},
 	{name: "resolve with changed currency and destination", setup: abandonedKey,
-		act:      resolveWith(func(w Withdrawal) Withdrawal { w.Currency, w.Dest = "EUR", "0xdef"; return w.sent("0xop") }),
+		act:      resolveWith(func(w Withdrawal) Withdrawal { w.Currency, w.Dest = "EUR", "0xdef"; return sentTx(w, "0xop") }),
 		decision: admin.Refused, rule: admin.RuleFieldDiffers, field: "currency", err: submissions.ErrIdempotencyConflict, state: "in flight",
 		message: `^the outcome differs from the claim's withdrawal: currency "EUR" is not the claim's "USDC", destination "0xdef" is not the claim's "0xabc": nothing changed$`},
 	{name: "resolve with the amount spelled otherwise", setup: abandonedKey,
-		act:      resolveWith(func(w Withdrawal) Withdrawal { w.Amount, w.Currency = "025.0", "usdc"; return w.sent("0xop") }),
+		act:      resolveWith(func(w Withdrawal) Withdrawal { w.Amount, w.Currency = "025.0", "usdc"; return sentTx(w, "0xop") }),
 		decision: admin.Changed, state: "in flight", message: `^resolved request key req-1 `},
 	{name: "resolve with another withdrawal", setup: abandonedKey,
-		act:      resolveWith(func(w Withdrawal) Withdrawal { w.ID = "w-2"; return w.sent("0xop") }),
+		act:      resolveWith(func(w Withdrawal) Withdrawal { w.ID = "w-2"; return sentTx(w, "0xop") }),
 		decision: admin.Refused, rule: admin.RuleOtherWithdrawal, field: "withdrawal_id", err: submissions.ErrIdempotencyConflict, state: "in flight",
 		message: `^the outcome is for withdrawal "w-2", not the claim's "w-1": nothing changed$`},
 	{name: "resolve with an invalid outcome", setup: abandonedKey,
@@ -253,12 +253,12 @@ func testForcedResolveOfARunningSendLogsTheRailsAnswer(t *testing.T, newStore Fa
 		out, err := f.s.Submit(bg, "req-1", f.w, func(ctx context.Context, w Withdrawal) (Withdrawal, error) {
 			close(started)
 			<-finish
-			return w.sent("0xrail"), nil
+			return sentTx(w, "0xrail"), nil
 		})
 		done <- result{out, err}
 	}()
 	<-started
-	res := f.s.Admin().Resolve(bg, admin.Target{Key: "req-1"}, f.w.sent("0xop"))
+	res := f.s.Admin().Resolve(bg, admin.Target{Key: "req-1"}, sentTx(f.w, "0xop"))
 	require.Equal(t, admin.Refused, res.Decision, res.Message)
 	assert.Equal(t, admin.RuleSendMayRun, res.Rule)
 	claims, err := f.s.Admin().InFlight(bg, admin.InFlightQuery{})
@@ -269,16 +269,16 @@ func testForcedResolveOfARunningSendLogsTheRailsAnswer(t *testing.T, newStore Fa
 		assert.Equal(t, admin.SendRunning, claims[0].Send())
 	}
 
-	res = f.s.Admin().Resolve(bg, admin.Target{Key: "req-1", Force: true}, f.w.sent("0xop"))
+	res = f.s.Admin().Resolve(bg, admin.Target{Key: "req-1", Force: true}, sentTx(f.w, "0xop"))
 	require.Equal(t, admin.Changed, res.Decision, res.Message)
 	assert.True(t, res.Claim.Sending, "the claim was sending when resolved")
 	close(finish)
 	got := <-done
 	require.ErrorIs(t, got.err, submissions.ErrOutcomeNotRecorded)
 	require.ErrorIs(t, got.err, submissions.ErrResolvedMeanwhile)
-	assert.Equal(t, f.w.sent("0xrail"), got.out, "the rail's answer comes back to its caller")
+	assert.Equal(t, sentTx(f.w, "0xrail"), got.out, "the rail's answer comes back to its caller")
 	f.logs.requireAnswerLogged(t, slog.LevelError, "req-1", "w-1", "0xrail")
-	requireOutcome(t, f.s, "req-1", f.w.sent("0xop"), true)
+	requireOutcome(t, f.s, "req-1", sentTx(f.w, "0xop"), true)
 }
 
 // An Admin with an outcome check refuses, with the check's words, what the
@@ -293,18 +293,18 @@ func testAnOutcomeCheckRefusesEverywhere(t *testing.T, newStore Factory) {
 		}
 		return nil
 	})
-	res := a.Resolve(bg, admin.Target{Key: "req-1"}, f.w.sent(""))
+	res := a.Resolve(bg, admin.Target{Key: "req-1"}, sentTx(f.w, ""))
 	assert.Equal(t, admin.Refused, res.Decision)
 	assert.Equal(t, admin.RuleInvalidOutcome, res.Rule)
 	assert.ErrorIs(t, res.Err, admin.ErrInvalidOutcome)
 	assert.ErrorIs(t, res.Err, errNoTx)
 	assert.Equal(t, `the outcome is not valid: state "sent" without its tx: nothing changed`, res.Message)
-	err := a.ResolveClaim(bg, admin.Claim{Key: "req-1", Token: token}, f.w.sent(""))
+	err := a.ResolveClaim(bg, admin.Claim{Key: "req-1", Token: token}, sentTx(f.w, ""))
 	assert.ErrorIs(t, err, admin.ErrInvalidOutcome)
 	requireOutcome(t, f.s, "req-1", Withdrawal{}, false)
-	assert.Equal(t, admin.Changed, f.s.Admin().Resolve(bg, admin.Target{Key: "req-1"}, f.w.sent("")).Decision,
+	assert.Equal(t, admin.Changed, f.s.Admin().Resolve(bg, admin.Target{Key: "req-1"}, sentTx(f.w, "")).Decision,
 		"the check is the copy's alone")
-	res = a.Resolve(bg, admin.Target{Key: "req-1"}, f.w.sent(""))
+	res = a.Resolve(bg, admin.Target{Key: "req-1"}, sentTx(f.w, ""))
 	assert.Equal(t, admin.Refused, res.Decision, "checked before anything else")
 }
 
@@ -315,7 +315,7 @@ func testActionsWhenTheStoreFails(t *testing.T, newStore Factory) {
 	abandonedKey(t, f)
 	s := submissions.NewWithStore[Withdrawal](failingLookups{f.store}, submissions.WithLogger(quiet))
 	for _, res := range []admin.Result{
-		s.Admin().Resolve(bg, admin.Target{Key: "req-1"}, f.w.sent("0xop")),
+		s.Admin().Resolve(bg, admin.Target{Key: "req-1"}, sentTx(f.w, "0xop")),
 		s.Admin().Release(bg, admin.Target{Key: "req-1"}),
 	} {
 		assert.Equal(t, admin.Failed, res.Decision)
@@ -394,7 +394,7 @@ func testActionsRacedBetweenTheLookAndTheAct(t *testing.T, newStore Factory) {
 	}{
 		{"release raced by a resolve",
 			func(s *submissions.Submissions[Withdrawal], w Withdrawal) {
-				require.NoError(t, s.Resolve(bg, "req-1", w.sent("0xother")))
+				require.NoError(t, s.Resolve(bg, "req-1", sentTx(w, "0xother")))
 			},
 			func(a *admin.Admin[Withdrawal], _ Withdrawal) admin.Result {
 				return a.Release(bg, admin.Target{Key: "req-1"})
@@ -402,16 +402,16 @@ func testActionsRacedBetweenTheLookAndTheAct(t *testing.T, newStore Factory) {
 			admin.RuleHasOutcome, "request key req-1 was resolved while the release ran, so its withdrawal was settled: a key with an outcome is never released; nothing changed"},
 		{"resolve raced by another outcome",
 			func(s *submissions.Submissions[Withdrawal], w Withdrawal) {
-				require.NoError(t, s.Resolve(bg, "req-1", w.sent("0xother")))
+				require.NoError(t, s.Resolve(bg, "req-1", sentTx(w, "0xother")))
 			},
 			func(a *admin.Admin[Withdrawal], w Withdrawal) admin.Result {
-				return a.Resolve(bg, admin.Target{Key: "req-1"}, w.sent("0xop"))
+				return a.Resolve(bg, admin.Target{Key: "req-1"}, sentTx(w, "0xop"))
 			},
 			admin.RuleAnotherOutcome, "request key req-1 was resolved with another outcome while the resolve ran: nothing changed by this action"},
 		{"resolve raced by a release",
 			func(s *submissions.Submissions[Withdrawal], _ Withdrawal) { require.NoError(t, s.Release(bg, "req-1")) },
 			func(a *admin.Admin[Withdrawal], w Withdrawal) admin.Result {
-				return a.Resolve(bg, admin.Target{Key: "req-1"}, w.sent("0xop"))
+				return a.Resolve(bg, admin.Target{Key: "req-1"}, sentTx(w, "0xop"))
 			},
 			admin.RuleClaimChanged, "request key req-1's claim changed while the resolve ran (released, resolved or claimed again): this action changed nothing"},
 		{"release raced by a release and a new claim",

@@ -6,9 +6,11 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/admin"
 )
 
 // Resolve: "I looked at the rail, here is what happened".
@@ -26,7 +28,7 @@ func testResolveClosesAnInFlightKey(t *testing.T, newStore Factory) {
 	f := setUp(t, newStore)
 	strand(t, f.s, "req-1", f.w)
 
-	found := f.w.sent("0xfound")
+	found := sentTx(f.w, "0xfound")
 	found.Amount, found.Currency = "25", "usdc" // the same withdrawal, written another way
 	require.NoError(t, f.s.Resolve(bg, " req-1 ", found))
 	resolved := f.logs.at(slog.LevelInfo, "req-1", "w-1")
@@ -39,8 +41,8 @@ func testResolveClosesAnInFlightKey(t *testing.T, newStore Factory) {
 	requireOutcome(t, f.s, "req-1", found, true)
 
 	require.NoError(t, f.s.Resolve(bg, "req-1", found), "the same outcome again")
-	requireRefusal(t, f.s.Resolve(bg, "req-1", f.w.sent("0xother")), submissions.ErrIdempotencyConflict)
-	requireRefusal(t, f.s.Resolve(bg, "req-1", newWithdrawal("w-2").sent("0xfound")), submissions.ErrIdempotencyConflict)
+	requireRefusal(t, f.s.Resolve(bg, "req-1", sentTx(f.w, "0xother")), submissions.ErrIdempotencyConflict)
+	requireRefusal(t, f.s.Resolve(bg, "req-1", sentTx(newWithdrawal("w-2"), "0xfound")), submissions.ErrIdempotencyConflict)
 	requireOutcome(t, f.s, "req-1", found, true)
 	requireHolder(t, f.s, "w-2", "")
 }
@@ -79,13 +81,13 @@ func resolveDuringTheSend(t *testing.T, newStore Factory, by func(*fixture) *sub
 		t.Run(fmt.Sprint("the rail agrees ", agree), func(t *testing.T) {
 			f := setUp(t, newStore)
 			resolver := by(f)
-			resolved := f.w.sent("0xfound")
+			resolved := sentTx(f.w, "0xfound")
 			out, err := f.s.Submit(bg, "req-1", f.w, func(ctx context.Context, req Withdrawal) (Withdrawal, error) {
 				require.NoError(t, resolver.Resolve(ctx, "req-1", resolved), "Resolve during the send")
 				if agree {
 					return resolved, nil
 				}
-				return req.sent("0xrail"), nil
+				return sentTx(req, "0xrail"), nil
 			})
 			if agree {
 				require.NoError(t, err)
@@ -93,7 +95,7 @@ func resolveDuringTheSend(t *testing.T, newStore Factory, by func(*fixture) *sub
 			} else {
 				require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
 				require.NotErrorIs(t, err, submissions.ErrIdempotencyConflict)
-				require.Equal(t, f.w.sent("0xrail"), out, "the rail's answer comes back")
+				require.Equal(t, sentTx(f.w, "0xrail"), out, "the rail's answer comes back")
 			}
 			requireOutcome(t, f.s, "req-1", resolved, true)
 		})
@@ -105,17 +107,17 @@ func testResolveUnderAFreshKey(t *testing.T, newStore Factory) {
 	strand(t, f.s, "req-1", f.w)
 
 	// A callback under a fresh key cannot write onto a held withdrawal.
-	requireConflict(t, f.s.Resolve(bg, "callback-1", f.w.sent("0xforged")), "req-1")
+	requireConflict(t, f.s.Resolve(bg, "callback-1", sentTx(f.w, "0xforged")), "req-1")
 	requireOutcome(t, f.s, "callback-1", Withdrawal{}, false)
 	requireKeptClaim(t, f.s, "req-1", f.w)
 
 	// On a free withdrawal it records the key, with the outcome and the claim.
 	w2 := newWithdrawal("w-2")
-	require.NoError(t, f.s.Resolve(bg, "callback-2", w2.sent("0xseen")))
+	require.NoError(t, f.s.Resolve(bg, "callback-2", sentTx(w2, "0xseen")))
 	requireHolder(t, f.s, "w-2", "callback-2")
 	got, err := f.s.Submit(bg, "callback-2", w2, f.rail.send)
 	require.NoError(t, err)
-	require.Equal(t, w2.sent("0xseen"), got)
+	require.Equal(t, sentTx(w2, "0xseen"), got)
 	_, err = f.s.Submit(bg, "req-9", w2, f.rail.send)
 	requireConflict(t, err, "callback-2")
 	f.rail.requireSends(t, 0)
@@ -129,13 +131,13 @@ func testSameOutcomeIsTheSameWhateverItsBytes(t *testing.T, newStore Factory) {
 	for i, tx := range []string{"0x\xef\xbf\xbd", "0x\u2028<&>", "0x\\ufffd", "0x\x00\x7f"} {
 		key := "req-" + string(rune('a'+i))
 		w := newWithdrawal("w-" + key)
-		outcome := w.sent(tx)
+		outcome := sentTx(w, tx)
 		require.NoError(t, f.s.Resolve(bg, key, outcome), "Resolve with TxHash %q", tx)
 		require.NoError(t, f.s.Resolve(bg, key, outcome), "the same outcome again, TxHash %q", tx)
 		out, err := f.s.Submit(bg, key, w, f.rail.send)
 		require.NoError(t, err)
 		require.NoError(t, f.s.Resolve(bg, key, out), "the outcome as the store gives it back, TxHash %q", tx)
-		requireRefusal(t, f.s.Resolve(bg, key, w.sent(tx+"!")), submissions.ErrIdempotencyConflict)
+		requireRefusal(t, f.s.Resolve(bg, key, sentTx(w, tx+"!")), submissions.ErrIdempotencyConflict)
 	}
 	f.rail.requireSends(t, 0)
 }
@@ -147,7 +149,7 @@ func testSameOutcomeIsTheSameWhateverItsBytes(t *testing.T, newStore Factory) {
 // nothing is written.
 func testAnOutcomeNotGivenBackExactlyIsNotRecorded(t *testing.T, newStore Factory) {
 	f := setUp(t, newStore)
-	bad := f.w.sent("0x\xff\xfe")
+	bad := sentTx(f.w, "0x\xff\xfe")
 	out, err := f.s.Submit(bg, "req-1", f.w, func(context.Context, Withdrawal) (Withdrawal, error) { return bad, nil })
 	require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
 	require.ErrorContains(t, err, "TxHash holds text that is not valid UTF-8")
@@ -155,15 +157,23 @@ func testAnOutcomeNotGivenBackExactlyIsNotRecorded(t *testing.T, newStore Factor
 	requireAwaitingOperator(t, f.s, "req-1", f.w)
 
 	w2 := newWithdrawal("w-2")
-	err = f.s.Resolve(bg, "req-2", w2.sent("0x\xff"))
+	err = f.s.Resolve(bg, "req-2", sentTx(w2, "0x\xff"))
 	require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
 	requireOutcome(t, f.s, "req-2", Withdrawal{}, false)
 	requireHolder(t, f.s, "w-2", "")
-	err = f.s.Resolve(bg, "req-1", f.w.sent("0x\xff"))
+	err = f.s.Resolve(bg, "req-1", sentTx(f.w, "0x\xff"))
 	require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
 	requireAwaitingOperator(t, f.s, "req-1", f.w)
 
-	found := f.w.sent("0xfe")
+	// The operator's door refuses it, saying where.
+	res := f.s.Admin().Resolve(bg, admin.Target{Key: "req-1", Force: true}, sentTx(f.w, "0x\xfe"))
+	assert.Equal(t, admin.Refused, res.Decision)
+	assert.Equal(t, admin.RuleInvalidOutcome, res.Rule)
+	assert.ErrorIs(t, res.Err, admin.ErrInvalidOutcome)
+	assert.Equal(t, "the outcome is not valid: the outcome's TxHash holds text that is not valid UTF-8: nothing changed", res.Message)
+	requireAwaitingOperator(t, f.s, "req-1", f.w)
+
+	found := sentTx(f.w, "0xfe")
 	require.NoError(t, f.s.Resolve(bg, "req-1", found), "the operator writes it as the rail shows it")
 	requireOutcome(t, f.s, "req-1", found, true)
 }

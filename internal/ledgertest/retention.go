@@ -97,8 +97,8 @@ func requirePruned(t *testing.T, s *submissions.Submissions[Withdrawal], key str
 	require.True(t, ce.Pruned, "ConflictError.Pruned")
 	require.Equal(t, "second-"+key, ce.Key)
 
-	requireRefusal(t, s.Resolve(bg, key, w.sent("0xtx-"+w.ID)), submissions.ErrPruned)
-	err = s.Resolve(bg, "second-"+key, w.sent("0xtx-"+w.ID))
+	requireRefusal(t, s.Resolve(bg, key, sentTx(w, "0xtx-"+w.ID)), submissions.ErrPruned)
+	err = s.Resolve(bg, "second-"+key, sentTx(w, "0xtx-"+w.ID))
 	requireRefusal(t, err, submissions.ErrPruned)
 	requireConflict(t, err, key)
 	requireRefusal(t, s.Release(bg, key), submissions.ErrPruned)
@@ -162,7 +162,7 @@ func testPruneHorizonAndOrder(t *testing.T, newStore Factory) {
 	out, replayed, err := f.s.SubmitOrReplay(bg, "k-late", late, f.rail.send)
 	require.NoError(t, err)
 	require.True(t, replayed, "settled after the horizon: kept")
-	require.Equal(t, late.sent("0xtx-w-late"), out)
+	require.Equal(t, sentTx(late, "0xtx-w-late"), out)
 	requireKeptClaim(t, f.s, "k-flight", newWithdrawal("w-flight"))
 	f.rail.requireSends(t, 6)
 }
@@ -195,11 +195,11 @@ func testPruneNeverInFlight(t *testing.T, newStore Factory) {
 
 	close(finish)
 	require.NoError(t, <-done, "the send under way settles after the prune")
-	requireOutcome(t, f.s, "k-sending", sending.sent("0xtx-w-sending"), true)
+	requireOutcome(t, f.s, "k-sending", sentTx(sending, "0xtx-w-sending"), true)
 	requireKeptClaim(t, f.s, "k-stranded", stranded)
 
 	// Resolved, the stranded key is settled, and prunable.
-	require.NoError(t, f.s.Resolve(bg, "k-stranded", stranded.sent("0xtx-checked")))
+	require.NoError(t, f.s.Resolve(bg, "k-stranded", sentTx(stranded, "0xtx-checked")))
 	pruned, err = p.Prune(bg, far(), 100)
 	require.NoError(t, err)
 	require.ElementsMatch(t, []string{"k-sending", "k-stranded"}, prunedKeys(pruned))
@@ -219,7 +219,7 @@ func testPrunedKeyNeverSent(t *testing.T, newStore Factory) {
 	_, err := f.s.Submit(bg, "k-1", f.w, f.rail.send)
 	require.NoError(t, err)
 	resolved := newWithdrawal("w-resolved")
-	require.NoError(t, f.s.Resolve(bg, "k-resolved", resolved.sent("0xtx-r")), "a key recorded done by Resolve")
+	require.NoError(t, f.s.Resolve(bg, "k-resolved", sentTx(resolved, "0xtx-r")), "a key recorded done by Resolve")
 	n, err := adminPrune(bg, f.s, 0)
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
@@ -234,7 +234,7 @@ func testPrunedKeyNeverSent(t *testing.T, newStore Factory) {
 	require.True(t, ok)
 	c := admin.Claim{Key: "k-1", Token: rec.Token, Fingerprint: f.w.Fingerprint()}
 	requireRefusal(t, f.s.Admin().ReleaseClaim(bg, c), submissions.ErrPruned)
-	requireRefusal(t, f.s.Admin().ResolveClaim(bg, c, f.w.sent("0xtx-w-1")), submissions.ErrPruned)
+	requireRefusal(t, f.s.Admin().ResolveClaim(bg, c, sentTx(f.w, "0xtx-w-1")), submissions.ErrPruned)
 	f.rail.requireSends(t, 1)
 	requireHolder(t, f.s, f.w.ID, "k-1")
 }
@@ -278,7 +278,7 @@ func testPruneTenants(t *testing.T, newStore Factory) {
 		out, replayed, err := s.Tenant(tenant).SubmitOrReplay(bg, "k-1", w, r.send)
 		require.NoError(t, err, "tenant %q", tenant)
 		require.True(t, replayed)
-		require.Equal(t, w.sent("0xtx-w-1"), out)
+		require.Equal(t, sentTx(w, "0xtx-w-1"), out)
 	}
 	// A fresh key in another tenant is free to claim the same withdrawal id.
 	_, err = s.Tenant("c").Submit(bg, "k-2", w, r.send)
@@ -355,7 +355,7 @@ func testPruneWhileSubmitting(t *testing.T, newStore Factory) {
 			return Withdrawal{}, err
 		}
 		sends[i].Add(1)
-		return w.sent("0xtx-" + w.ID), nil
+		return sentTx(w, "0xtx-"+w.ID), nil
 	}
 	var stop atomic.Bool
 	var pruned atomic.Int64
@@ -439,14 +439,14 @@ func testResolvedAndPrunedWhileSending(t *testing.T, newStore Factory) {
 		done <- result{out, err}
 	}()
 	<-started
-	require.NoError(t, f.s.Resolve(bg, "k-1", f.w.sent("0xtx-w-1")))
+	require.NoError(t, f.s.Resolve(bg, "k-1", sentTx(f.w, "0xtx-w-1")))
 	n, err := adminPrune(bg, f.s, 0)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	close(finish)
 	r := <-done
 	require.ErrorIs(t, r.err, submissions.ErrOutcomeNotRecorded)
-	require.Equal(t, f.w.sent("0xtx-w-1"), r.out, "the answer comes back")
+	require.Equal(t, sentTx(f.w, "0xtx-w-1"), r.out, "the answer comes back")
 	requirePruned(t, f.s, "k-1", f.w)
 	f.rail.requireSends(t, 1)
 }

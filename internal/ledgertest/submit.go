@@ -54,11 +54,11 @@ func testFreshSubmitClaimsThenSendsThenRecords(t *testing.T, newStore Factory) {
 		// send runs outside any lock: the ledger serves other withdrawals meanwhile.
 		_, err = f.s.Submit(bg, "req-3", newWithdrawal("w-3"), nil)
 		assert.NoError(t, err, "Submit of another withdrawal during send")
-		return req.sent("0xtx"), nil
+		return sentTx(req, "0xtx"), nil
 	})
 	require.NoError(t, err)
 	require.Equal(t, 1, calls, "send calls")
-	require.Equal(t, f.w.sent("0xtx"), out)
+	require.Equal(t, sentTx(f.w, "0xtx"), out)
 	requireOutcome(t, f.s, "req-1", out, true)
 	requireHolder(t, f.s, "w-1", "req-1")
 }
@@ -175,7 +175,7 @@ func testFailedSendIsOutcomeUnknown(t *testing.T, newStore Factory) {
 func testAnswerWithAnErrorIsOutcomeUnknown(t *testing.T, newStore Factory) {
 	f := setUp(t, newStore)
 	out, err := f.s.Submit(bg, "req-1", f.w, func(_ context.Context, w Withdrawal) (Withdrawal, error) {
-		return w.sent("0xmaybe"), errRail
+		return sentTx(w, "0xmaybe"), errRail
 	})
 	require.ErrorIs(t, err, submissions.ErrOutcomeUnknown)
 	require.ErrorIs(t, err, errRail)
@@ -222,7 +222,7 @@ func testAnswerAfterTheContextEndedIsNotRecorded(t *testing.T, newStore Factory)
 	require.ErrorIs(t, err, context.Canceled)
 	require.NotErrorIs(t, err, submissions.ErrOutcomeUnknown)
 	require.NotErrorIs(t, err, submissions.ErrStoreFailed)
-	require.Equal(t, f.w.sent("0xtx-w-1"), out, "the rail's answer comes back, unrecorded")
+	require.Equal(t, sentTx(f.w, "0xtx-w-1"), out, "the rail's answer comes back, unrecorded")
 	f.rail.requireSends(t, 1)
 	requireKeptClaim(t, f.s, "req-1", f.w)
 	f.logs.requireAnswerLogged(t, slog.LevelError, "req-1", "w-1", "0xtx-w-1")
@@ -267,7 +267,7 @@ func testAnswerForAnotherWithdrawalIsNotRecorded(t *testing.T, newStore Factory)
 			f.logs.requireAnswerLogged(t, slog.LevelError, "req-1", "w-1", c.answer.TxHash)
 			// The answer cannot close the key; the operator resolves it with what the rail shows.
 			requireRefusal(t, f.s.Resolve(bg, "req-1", c.answer), c.resolve)
-			require.NoError(t, f.s.Resolve(bg, "req-1", f.w.sent("0xfound")))
+			require.NoError(t, f.s.Resolve(bg, "req-1", sentTx(f.w, "0xfound")))
 		})
 	}
 }
@@ -301,7 +301,7 @@ func testUnrecordedAnswerReachesTheObserver(t *testing.T, newStore Factory) {
 	obs := &kindEvents{kind: observe.EventNotRecorded}
 	s := submissions.NewWithStore(f.store, submissions.WithLogger(quiet), submissions.WithObserver(obs))
 	other := f.elsewhere()
-	answer := f.w.sent("0xtx-late")
+	answer := sentTx(f.w, "0xtx-late")
 	_, err := s.Submit(bg, "req-1", f.w, func(ctx context.Context, w Withdrawal) (Withdrawal, error) {
 		require.NoError(t, other.Release(ctx, "req-1"))
 		return answer, nil

@@ -39,7 +39,7 @@ var longTenant = strings.Repeat("é", driver.MaxTenantLen/2)
 func (r *rail) sentIn(tenant string) func(context.Context, Withdrawal) (Withdrawal, error) {
 	return func(_ context.Context, w Withdrawal) (Withdrawal, error) {
 		r.calls.Add(1)
-		return w.sent("0xtx-" + tenant + "-" + w.ID), nil
+		return sentTx(w, "0xtx-"+tenant+"-"+w.ID), nil
 	}
 }
 
@@ -53,12 +53,12 @@ func testSameKeyInTwoTenantsSendsInEach(t *testing.T, newStore Factory) {
 		out, replayed, err := f.s.Tenant(tenant).SubmitOrReplay(bg, "req-1", f.w, f.rail.sentIn(tenant))
 		require.NoError(t, err, "tenant %q", tenant)
 		require.False(t, replayed, "tenant %q: the first submit of the key in this tenant", tenant)
-		require.Equal(t, f.w.sent("0xtx-"+tenant+"-w-1"), out, "tenant %q", tenant)
+		require.Equal(t, sentTx(f.w, "0xtx-"+tenant+"-w-1"), out, "tenant %q", tenant)
 		f.rail.requireSends(t, int64(i+1))
 	}
 	for _, tenant := range tenants {
 		v := f.s.Tenant(tenant)
-		want := f.w.sent("0xtx-" + tenant + "-w-1")
+		want := sentTx(f.w, "0xtx-"+tenant+"-w-1")
 		out, replayed, err := v.SubmitOrReplay(bg, "req-1", f.w, f.rail.sentIn(tenant))
 		require.NoError(t, err, "tenant %q", tenant)
 		require.True(t, replayed, "tenant %q: a retry replays", tenant)
@@ -100,9 +100,9 @@ func testSameWithdrawalInTwoTenantsIsClaimedInEach(t *testing.T, newStore Factor
 
 	// Resolve's claim check stays in its tenant too: a key new in a third
 	// tenant resolves the withdrawal there.
-	require.NoError(t, f.s.Tenant("initech").Resolve(bg, "req-a", f.w.sent("0xtx-found")))
-	requireOutcome(t, f.s.Tenant("initech"), "req-a", f.w.sent("0xtx-found"), true)
-	requireOutcome(t, acme, "req-a", f.w.sent("0xtx-w-1"), true)
+	require.NoError(t, f.s.Tenant("initech").Resolve(bg, "req-a", sentTx(f.w, "0xtx-found")))
+	requireOutcome(t, f.s.Tenant("initech"), "req-a", sentTx(f.w, "0xtx-found"), true)
+	requireOutcome(t, acme, "req-a", sentTx(f.w, "0xtx-w-1"), true)
 }
 
 // testResolveStaysInItsTenant: a key in flight in two tenants, resolved in
@@ -113,16 +113,16 @@ func testResolveStaysInItsTenant(t *testing.T, newStore Factory) {
 	strand(t, acme, "req-1", f.w)
 	strand(t, globex, "req-1", f.w)
 
-	require.NoError(t, globex.Resolve(bg, "req-1", f.w.sent("0xtx-globex")))
-	requireOutcome(t, globex, "req-1", f.w.sent("0xtx-globex"), true)
+	require.NoError(t, globex.Resolve(bg, "req-1", sentTx(f.w, "0xtx-globex")))
+	requireOutcome(t, globex, "req-1", sentTx(f.w, "0xtx-globex"), true)
 	requireKeptClaim(t, acme, "req-1", f.w)
 
 	// A different outcome in acme is acme's own: accepted there, and the
 	// outcome in globex is unchanged.
-	require.NoError(t, acme.Resolve(bg, "req-1", f.w.sent("0xtx-acme")))
-	requireOutcome(t, acme, "req-1", f.w.sent("0xtx-acme"), true)
-	requireOutcome(t, globex, "req-1", f.w.sent("0xtx-globex"), true)
-	requireRefusal(t, globex.Resolve(bg, "req-1", f.w.sent("0xtx-acme")), submissions.ErrIdempotencyConflict)
+	require.NoError(t, acme.Resolve(bg, "req-1", sentTx(f.w, "0xtx-acme")))
+	requireOutcome(t, acme, "req-1", sentTx(f.w, "0xtx-acme"), true)
+	requireOutcome(t, globex, "req-1", sentTx(f.w, "0xtx-globex"), true)
+	requireRefusal(t, globex.Resolve(bg, "req-1", sentTx(f.w, "0xtx-acme")), submissions.ErrIdempotencyConflict)
 	requireOutcome(t, f.s, "req-1", Withdrawal{}, false)
 }
 
@@ -140,7 +140,7 @@ func testReleaseStaysInItsTenant(t *testing.T, newStore Factory) {
 	require.NoError(t, acme.Release(bg, "req-1"), "the key in flight in acme")
 	requireHolder(t, acme, "w-1", "")
 	requireHolder(t, globex, "w-1", "req-1")
-	requireOutcome(t, globex, "req-1", f.w.sent("0xtx-w-1"), true)
+	requireOutcome(t, globex, "req-1", sentTx(f.w, "0xtx-w-1"), true)
 
 	// Releasing a key that only another tenant has is a no-op.
 	require.NoError(t, f.s.Release(bg, "req-1"), "the key is unknown in the default tenant")
@@ -163,7 +163,7 @@ func testTenantIDsAreExact(t *testing.T, newStore Factory) {
 	}
 	f.rail.requireSends(t, int64(len(tenants)))
 	for _, tenant := range tenants {
-		requireOutcome(t, f.s.Tenant(tenant), "req-1", f.w.sent("0xtx-"+tenant+"-w-1"), true)
+		requireOutcome(t, f.s.Tenant(tenant), "req-1", sentTx(f.w, "0xtx-"+tenant+"-w-1"), true)
 	}
 }
 
@@ -187,7 +187,7 @@ func testInvalidTenantIsRefusedByEveryMethod(t *testing.T, newStore Factory) {
 				_, replayed, err := v.SubmitOrReplay(bg, key, f.w, f.rail.send)
 				requireRefusal(t, err, submissions.ErrInvalidTenant)
 				require.False(t, replayed)
-				requireRefusal(t, v.Resolve(bg, key, f.w.sent("0xtx")), submissions.ErrInvalidTenant)
+				requireRefusal(t, v.Resolve(bg, key, sentTx(f.w, "0xtx")), submissions.ErrInvalidTenant)
 				requireRefusal(t, v.Release(bg, key), submissions.ErrInvalidTenant)
 				_, ok, err := v.Outcome(bg, key)
 				requireRefusal(t, err, submissions.ErrInvalidTenant)
@@ -225,11 +225,11 @@ func testInstancesShareTenants(t *testing.T, newStore Factory) {
 	out, replayed, err := elsewhere.Tenant("acme").SubmitOrReplay(bg, "req-1", f.w, f.rail.sentIn("acme"))
 	require.NoError(t, err)
 	require.True(t, replayed, "the other instance replays in the same tenant")
-	require.Equal(t, f.w.sent("0xtx-acme-w-1"), out)
+	require.Equal(t, sentTx(f.w, "0xtx-acme-w-1"), out)
 	out, replayed, err = elsewhere.Tenant("globex").SubmitOrReplay(bg, "req-1", f.w, f.rail.sentIn("globex"))
 	require.NoError(t, err)
 	require.False(t, replayed, "the other instance sends in another tenant")
-	require.Equal(t, f.w.sent("0xtx-globex-w-1"), out)
+	require.Equal(t, sentTx(f.w, "0xtx-globex-w-1"), out)
 	f.rail.requireSends(t, 2)
 }
 
@@ -269,7 +269,7 @@ func testConcurrentTenantsOnOneKeyAndWithdrawal(t *testing.T, newStore Factory) 
 			holder, ok, err := v.ClaimedBy(bg, "w-1")
 			require.NoError(t, err)
 			require.True(t, ok, "round %d: tenant %q has a holder", round, tenant)
-			requireOutcome(t, v, holder, f.w.sent("0xtx-"+tenant), true)
+			requireOutcome(t, v, holder, sentTx(f.w, "0xtx-"+tenant), true)
 		}
 	}
 }
@@ -293,10 +293,10 @@ func tapInTenants(i int, tenants []string, instances []*submissions.Submissions[
 		case <-time.After(5 * time.Second):
 		}
 		sends[n].Add(1)
-		return w.sent("0xtx-" + tenant), nil
+		return sentTx(w, "0xtx-"+tenant), nil
 	})
 	switch {
-	case err == nil && out != w.sent("0xtx-"+tenant):
+	case err == nil && out != sentTx(w, "0xtx-"+tenant):
 		return fmt.Errorf("tenant %q got %+v", tenant, out)
 	case err == nil:
 		return nil

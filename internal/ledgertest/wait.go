@@ -108,10 +108,10 @@ func testWaitOnADoneKeyReturnsAtOnce(t *testing.T, newStore Factory) {
 			assert.Equal(t, want, got)
 		})
 	}
-	require.NoError(t, f.s.Resolve(bg, "req-2", newWithdrawal("w-2").sent("0xr")))
+	require.NoError(t, f.s.Resolve(bg, "req-2", sentTx(newWithdrawal("w-2"), "0xr")))
 	got, err := f.s.Wait(bg, "req-2")
 	require.NoError(t, err)
-	assert.Equal(t, newWithdrawal("w-2").sent("0xr"), got, "a resolved key's outcome")
+	assert.Equal(t, sentTx(newWithdrawal("w-2"), "0xr"), got, "a resolved key's outcome")
 	f.rail.requireSends(t, 1)
 }
 
@@ -128,7 +128,7 @@ func testWaitDuringASendGetsItsOutcome(t *testing.T, newStore Factory) {
 	for _, done := range []<-chan waitResult{here, there} {
 		r := waitedFor(t, done)
 		require.NoError(t, r.err)
-		assert.Equal(t, f.w.sent("0xtx-w-1"), r.out)
+		assert.Equal(t, sentTx(f.w, "0xtx-w-1"), r.out)
 	}
 	f.rail.requireSends(t, 1)
 }
@@ -184,7 +184,7 @@ func testWaitAfterTheSendFailedIsOutcomeUnknownAtOnce(t *testing.T, newStore Fac
 	}
 	strand(t, f.s, "req-1", f.w)
 	_, err := f.s.Submit(bg, "req-2", newWithdrawal("w-2"), func(context.Context, Withdrawal) (Withdrawal, error) {
-		return newWithdrawal("w-other").sent("0xother"), nil // an answer for another withdrawal: not recorded
+		return sentTx(newWithdrawal("w-other"), "0xother"), nil // an answer for another withdrawal: not recorded
 	})
 	require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
 	ctx, cancel := context.WithCancel(bg)
@@ -217,11 +217,11 @@ func testWaitAfterTheSendFailedIsOutcomeUnknownAtOnce(t *testing.T, newStore Fac
 		}
 	}
 	requireKeptClaim(t, f.s, "req-1", f.w)
-	require.NoError(t, f.elsewhere().Resolve(bg, "req-1", f.w.sent("0xfound")), "an abandoned claim is resolved as any other")
+	require.NoError(t, f.elsewhere().Resolve(bg, "req-1", sentTx(f.w, "0xfound")), "an abandoned claim is resolved as any other")
 	for name, s := range map[string]*submissions.Submissions[Withdrawal]{"here": f.s, "elsewhere": f.waitElsewhere()} {
 		got, err := s.Wait(bg, "req-1")
 		require.NoError(t, err, name)
-		assert.Equal(t, f.w.sent("0xfound"), got, name)
+		assert.Equal(t, sentTx(f.w, "0xfound"), got, name)
 	}
 	require.NoError(t, f.s.Release(bg, "req-2"), "an abandoned claim is released as any other")
 	_, err = f.waitElsewhere().Wait(bg, "req-2")
@@ -299,7 +299,7 @@ func testWaitEndsWithCtx(t *testing.T, newStore Factory) {
 	require.NoError(t, <-sent)
 	got, err := f.s.Wait(bg, "req-1")
 	require.NoError(t, err, "a wait that ended takes nothing from the next")
-	assert.Equal(t, f.w.sent("0xtx-w-1"), got)
+	assert.Equal(t, sentTx(f.w, "0xtx-w-1"), got)
 }
 
 func testManyWaitersGetOneSendsOutcome(t *testing.T, newStore Factory) {
@@ -335,7 +335,7 @@ func testManyWaitersGetOneSendsOutcome(t *testing.T, newStore Factory) {
 	close(results)
 	for r := range results {
 		require.NoError(t, r.err)
-		assert.Equal(t, f.w.sent("0xtx-w-1"), r.out)
+		assert.Equal(t, sentTx(f.w, "0xtx-w-1"), r.out)
 	}
 	f.rail.requireSends(t, 1)
 }
@@ -361,13 +361,13 @@ func testWaitStaysInItsTenant(t *testing.T, newStore Factory) {
 	require.NoError(t, <-sent)
 	r := waitedFor(t, inA)
 	require.NoError(t, r.err)
-	assert.Equal(t, f.w.sent("0xtx-w-1"), r.out)
+	assert.Equal(t, sentTx(f.w, "0xtx-w-1"), r.out)
 	requireWaiting(t, inB)
 	close(finishB)
 	require.NoError(t, <-sentB)
 	r = waitedFor(t, inB)
 	require.NoError(t, r.err)
-	assert.Equal(t, bw.sent("0xtx-w-1"), r.out, "tenant b's own outcome")
+	assert.Equal(t, sentTx(bw, "0xtx-w-1"), r.out, "tenant b's own outcome")
 	f.rail.requireSends(t, 2)
 }
 
@@ -431,7 +431,7 @@ func testWaitOfTheSendingLedgerEndsWithAResolveElsewhere(t *testing.T, newStore 
 	<-started
 	here := goWait(bg, f.s, "req-1")
 	requireWaiting(t, here)
-	found := f.w.sent("0xfound")
+	found := sentTx(f.w, "0xfound")
 	require.NoError(t, f.waitElsewhere().Resolve(bg, "req-1", found))
 	select {
 	case r := <-here:

@@ -24,24 +24,18 @@ import (
 
 	"github.com/idemledger/submissions"
 	"github.com/idemledger/submissions/admin"
+	"github.com/idemledger/submissions/internal/testdb"
 	"github.com/idemledger/submissions/pgstore"
 )
 
 // urlVar names the connection string the tests read.
-const urlVar = "SUBMISSIONS_TEST_DATABASE_URL"
+const urlVar = testdb.URLVar
 
 // testURL returns the test database's URL. Without one it skips the test;
 // with CI=true a missing database fails it instead.
 func testURL(t *testing.T) string {
 	t.Helper()
-	url := os.Getenv(urlVar)
-	if url == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not set, and CI=true: the PostgreSQL tests must run (scripts/test starts a server)", urlVar)
-		}
-		t.Skipf("%s is not set: skipping an end-to-end test of submissionsctl on PostgreSQL (scripts/test starts a local server when it can)", urlVar)
-	}
-	return url
+	return testdb.URL(t)
 }
 
 // payout is a service's withdrawal: the request and the outcome.
