@@ -28,8 +28,6 @@ import (
 	"github.com/idemledger/submissions/pgstore"
 )
 
-// urlVar names the connection string the tests read.
-const urlVar = testdb.URLVar
 
 // testURL returns the test database's URL. Without one it skips the test;
 // with CI=true a missing database fails it instead.
