@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemledger/submissions"
 	"github.com/idemledger/submissions/idemhttp"
+	"github.com/idemledger/submissions/observe"
 )
 
 // count returns how many withdrawals m keeps.
@@ -182,7 +183,8 @@ func TestMemoryCreateWaits(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ws := &memWithdrawals{}
-			run := memCreateTx(submissions.New[idemhttp.Exchange](), ws)
+			refused := make(chan struct{}, 2) // the repeat's refusal while the first runs, before it waits
+			run := memCreateTx(submissions.New[idemhttp.Exchange](submissions.WithObserver(inFlightSignal(refused))), ws)
 			inFirst, finish := make(chan struct{}), make(chan struct{})
 			firstDone := make(chan error, 1)
 			go func() {
@@ -211,10 +213,11 @@ func TestMemoryCreateWaits(t *testing.T) {
 				})
 				second <- result{out, replayed, err}
 			}()
+			<-refused // the repeat found the key in flight, and waits
 			select {
 			case r := <-second:
 				t.Fatalf("the repeat answered while the first ran: %+v", r)
-			case <-time.After(100 * time.Millisecond): // waiting, as it should
+			default:
 			}
 			close(finish)
 			assert.ErrorIs(t, <-firstDone, c.firstErr)
@@ -224,5 +227,18 @@ func TestMemoryCreateWaits(t *testing.T) {
 			assert.Equal(t, c.replayed, r.replayed)
 			assert.Equal(t, c.secondRan, ran)
 		})
+	}
+}
+
+// inFlightSignal is an observer that sends on ch each time a call finds its
+// key in flight.
+type inFlightSignal chan struct{}
+
+func (s inFlightSignal) Observe(_ context.Context, e observe.Event) {
+	if e.Kind == observe.EventInFlight {
+		select {
+		case s <- struct{}{}:
+		default:
+		}
 	}
 }
