@@ -28,7 +28,6 @@ import (
 	"github.com/idemledger/submissions/pgstore"
 )
 
-
 // testURL returns the test database's URL. Without one it skips the test;
 // with CI=true a missing database fails it instead.
 func testURL(t *testing.T) string {
