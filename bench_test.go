@@ -9,11 +9,13 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemledger/submissions"
 	"github.com/idemledger/submissions/driver"
+	"github.com/idemledger/submissions/internal/engine"
 )
 
 // Each benchmark family runs the ledger and its floor, the least its design
@@ -125,6 +127,94 @@ func BenchmarkSubmitFreshFeatures(b *testing.B) {
 			b.Fatal(err)
 		}
 	})
+}
+
+// BenchmarkSubmitFreshChecks is the cost of the checks a fresh submit makes
+// besides the floor's work, done the least way, beside the floor: the key
+// (trimmed, not empty, not too long, UTF-8 without NUL), the request's
+// fingerprint in canonical form, and the answer's text (valid UTF-8, so
+// that every store gives it back as it is).
+func BenchmarkSubmitFreshChecks(b *testing.B) {
+	keys, reqs := freshInput()
+	var s, f *floor
+	checked := func(ctx context.Context, key string, req withdrawal) error {
+		if _, err := engine.ValidateKey(key); err != nil {
+			return err
+		}
+		if _, err := req.Fingerprint().Canonical(); err != nil {
+			return err
+		}
+		_, err := s.submit(ctx, key, req, func(ctx context.Context, w withdrawal) (withdrawal, error) {
+			out, err := echo(ctx, w)
+			for _, text := range [...]string{out.ID, out.Amount, out.Currency, out.Dest, out.State, out.TxHash} {
+				if !utf8.ValidString(text) {
+					return out, errors.New("not UTF-8")
+				}
+			}
+			return out, err
+		})
+		return err
+	}
+	paired(b, func(n int) {
+		i := n % batch
+		if i == 0 {
+			s = newFloor()
+		}
+		if err := checked(bg, keys[i], reqs[i]); err != nil {
+			b.Fatal(err)
+		}
+	}, func(n int) {
+		i := n % batch
+		if i == 0 {
+			f = newFloor()
+		}
+		if _, err := f.submit(bg, keys[i], reqs[i], echo); err != nil {
+			b.Fatal(err)
+		}
+	})
+}
+
+// BenchmarkSubmitReplayFeatures is the cost of the check a replay makes
+// besides the floor's lookup, done the least way, beside the floor: the
+// retry's withdrawal, read through its Fingerprint method called from
+// generic code as the ledger calls it, compared with the record's, kept
+// canonical.
+func BenchmarkSubmitReplayFeatures(b *testing.B) {
+	key, w := benchInput(1)
+	f := newFloor()
+	_, err := f.submit(bg, key, w, echo)
+	require.NoError(b, err)
+	canonical, err := w.Fingerprint().Canonical()
+	require.NoError(b, err)
+	f.records[key].fp = canonical
+	paired(b, func(int) {
+		if _, ok := replayChecked(f, key, w); !ok {
+			b.Fatal("no outcome to replay")
+		}
+	}, func(int) {
+		if _, ok := f.replay(key); !ok {
+			b.Fatal("no outcome to replay")
+		}
+	})
+}
+
+// replayChecked is f.replay of key for req, whose withdrawal must be the
+// record's.
+func replayChecked[R submissions.Fingerprinter](f *floor, key string, req R) (withdrawal, bool) {
+	f.mu.Lock()
+	r, ok := f.records[key]
+	f.mu.Unlock()
+	if !ok || !r.done || !sameWithdrawal(req, &r.fp) { // a done record does not change
+		return withdrawal{}, false
+	}
+	return r.out, true
+}
+
+// sameWithdrawal reports whether req is the withdrawal of want, a canonical
+// fingerprint, as the ledger compares them.
+func sameWithdrawal[R submissions.Fingerprinter](req R, want *submissions.Fingerprint) bool {
+	got := req.Fingerprint()
+	return engine.Differing(want, &got) == 0
 }
 
 // bareStore is the memory store as a Store and nothing more: neither a
