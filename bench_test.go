@@ -82,51 +82,65 @@ func paired(b *testing.B, ledger, floor func(n int)) {
 }
 
 func BenchmarkSubmitFresh(b *testing.B) {
-	keys, reqs := freshInput()
-	var s *submissions.Submissions[withdrawal]
-	var f *floor
-	paired(b, func(n int) {
-		i := n % batch
-		if i == 0 {
-			s = quietLedger()
+	pairedFresh(b, ledgerSide(quietLedger), floorSide)
+}
+
+// A side makes a new ledger, or floor, and returns its fresh submit.
+type side func() func(key string, req withdrawal) error
+
+// pairedFresh runs paired with fresh submits on each side, each on a new
+// ledger, or floor, every batch calls.
+func pairedFresh(b *testing.B, ledger, floor side) {
+	keys := make([]string, batch)
+	reqs := make([]withdrawal, batch)
+	for i := range batch {
+		keys[i], reqs[i] = benchInput(i)
+	}
+	var l, f func(string, withdrawal) error
+	run := func(s side, submit *func(string, withdrawal) error) func(n int) {
+		return func(n int) {
+			i := n % batch
+			if i == 0 {
+				*submit = s()
+			}
+			if err := (*submit)(keys[i], reqs[i]); err != nil {
+				b.Fatal(err)
+			}
 		}
-		if _, err := s.Submit(bg, keys[i], reqs[i], echo); err != nil {
-			b.Fatal(err)
+	}
+	paired(b, run(ledger, &l), run(floor, &f))
+}
+
+// ledgerSide is the side of ledgers that newLedger makes.
+func ledgerSide(newLedger func() *submissions.Submissions[withdrawal]) side {
+	return func() func(string, withdrawal) error {
+		s := newLedger()
+		return func(key string, req withdrawal) error {
+			_, err := s.Submit(bg, key, req, echo)
+			return err
 		}
-	}, func(n int) {
-		i := n % batch
-		if i == 0 {
-			f = newFloor()
-		}
-		if _, err := f.submit(bg, keys[i], reqs[i], echo); err != nil {
-			b.Fatal(err)
-		}
-	})
+	}
+}
+
+// floorSide is the side of the floor.
+func floorSide() func(string, withdrawal) error {
+	f := newFloor()
+	return func(key string, req withdrawal) error {
+		_, err := f.submit(bg, key, req, echo)
+		return err
+	}
 }
 
 // BenchmarkSubmitFreshFeatures is the cost of the features a fresh submit
 // carries besides the floor's work (see featured), beside the floor.
 func BenchmarkSubmitFreshFeatures(b *testing.B) {
-	keys, reqs := freshInput()
-	var s *featured
-	var f *floor
-	paired(b, func(n int) {
-		i := n % batch
-		if i == 0 {
-			s = newFeatured()
+	pairedFresh(b, func() func(string, withdrawal) error {
+		s := newFeatured()
+		return func(key string, req withdrawal) error {
+			_, err := s.submit(bg, key, req, echo)
+			return err
 		}
-		if _, err := s.submit(bg, keys[i], reqs[i], echo); err != nil {
-			b.Fatal(err)
-		}
-	}, func(n int) {
-		i := n % batch
-		if i == 0 {
-			f = newFloor()
-		}
-		if _, err := f.submit(bg, keys[i], reqs[i], echo); err != nil {
-			b.Fatal(err)
-		}
-	})
+	}, floorSide)
 }
 
 // BenchmarkSubmitFreshChecks is the cost of the checks a fresh submit makes
@@ -135,43 +149,27 @@ func BenchmarkSubmitFreshFeatures(b *testing.B) {
 // fingerprint in canonical form, and the answer's text (valid UTF-8, so
 // that every store gives it back as it is).
 func BenchmarkSubmitFreshChecks(b *testing.B) {
-	keys, reqs := freshInput()
-	var s, f *floor
-	checked := func(ctx context.Context, key string, req withdrawal) error {
-		if _, err := engine.ValidateKey(key); err != nil {
-			return err
-		}
-		if _, err := req.Fingerprint().Canonical(); err != nil {
-			return err
-		}
-		_, err := s.submit(ctx, key, req, func(ctx context.Context, w withdrawal) (withdrawal, error) {
-			out, err := echo(ctx, w)
-			for _, text := range [...]string{out.ID, out.Amount, out.Currency, out.Dest, out.State, out.TxHash} {
-				if !utf8.ValidString(text) {
-					return out, errors.New("not UTF-8")
-				}
+	pairedFresh(b, func() func(string, withdrawal) error {
+		s := newFloor()
+		return func(key string, req withdrawal) error {
+			if _, err := engine.ValidateKey(key); err != nil {
+				return err
 			}
-			return out, err
-		})
-		return err
-	}
-	paired(b, func(n int) {
-		i := n % batch
-		if i == 0 {
-			s = newFloor()
+			if _, err := req.Fingerprint().Canonical(); err != nil {
+				return err
+			}
+			_, err := s.submit(bg, key, req, func(ctx context.Context, w withdrawal) (withdrawal, error) {
+				out, err := echo(ctx, w)
+				for _, text := range [...]string{out.ID, out.Amount, out.Currency, out.Dest, out.State, out.TxHash} {
+					if !utf8.ValidString(text) {
+						return out, errors.New("not UTF-8")
+					}
+				}
+				return out, err
+			})
+			return err
 		}
-		if err := checked(bg, keys[i], reqs[i]); err != nil {
-			b.Fatal(err)
-		}
-	}, func(n int) {
-		i := n % batch
-		if i == 0 {
-			f = newFloor()
-		}
-		if _, err := f.submit(bg, keys[i], reqs[i], echo); err != nil {
-			b.Fatal(err)
-		}
-	})
+	}, floorSide)
 }
 
 // BenchmarkSubmitReplayFeatures is the cost of the check a replay makes
@@ -232,25 +230,7 @@ func bareLedger() *submissions.Submissions[withdrawal] {
 // submits on the memory store (ledger) beside the same on it as a bare
 // Store (floor).
 func BenchmarkSubmitFreshBareStore(b *testing.B) {
-	keys, reqs := freshInput()
-	var s, bare *submissions.Submissions[withdrawal]
-	paired(b, func(n int) {
-		i := n % batch
-		if i == 0 {
-			s = quietLedger()
-		}
-		if _, err := s.Submit(bg, keys[i], reqs[i], echo); err != nil {
-			b.Fatal(err)
-		}
-	}, func(n int) {
-		i := n % batch
-		if i == 0 {
-			bare = bareLedger()
-		}
-		if _, err := bare.Submit(bg, keys[i], reqs[i], echo); err != nil {
-			b.Fatal(err)
-		}
-	})
+	pairedFresh(b, ledgerSide(quietLedger), ledgerSide(bareLedger))
 }
 
 // BenchmarkSubmitReplayBareStore is what driver.Replayer saves: a replay on
@@ -271,16 +251,6 @@ func BenchmarkSubmitReplayBareStore(b *testing.B) {
 			b.Fatal(err)
 		}
 	})
-}
-
-// freshInput returns batch request keys and their withdrawals.
-func freshInput() ([]string, []withdrawal) {
-	keys := make([]string, batch)
-	reqs := make([]withdrawal, batch)
-	for i := range batch {
-		keys[i], reqs[i] = benchInput(i)
-	}
-	return keys, reqs
 }
 
 func BenchmarkSubmitReplay(b *testing.B) {

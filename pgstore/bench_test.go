@@ -177,6 +177,38 @@ func BenchmarkPostgresFresh(b *testing.B) {
 	}
 }
 
+// replayFloor is the replay benchmarks' floor: a table of its own, a text
+// primary key and the outcome.
+type replayFloor struct {
+	pool  *pgxpool.Pool
+	table string
+}
+
+func newReplayFloor(b *testing.B, pool *pgxpool.Pool) replayFloor {
+	f := replayFloor{pool, testTable(b, pool)}
+	_, err := pool.Exec(bg, `CREATE TABLE `+f.table+` (key text PRIMARY KEY, outcome bytea NOT NULL)`)
+	require.NoError(b, err)
+	return f
+}
+
+// add writes key's outcome.
+func (f replayFloor) add(b *testing.B, key string, outcome w) {
+	encoded, err := json.Marshal(outcome)
+	require.NoError(b, err)
+	_, err = f.pool.Exec(bg, `INSERT INTO `+f.table+` VALUES ($1, $2)`, key, encoded)
+	require.NoError(b, err)
+}
+
+// replay reads key's outcome and decodes it: the floor's call.
+func (f replayFloor) replay(key string) error {
+	var outcome []byte
+	if err := f.pool.QueryRow(bg, `SELECT outcome FROM `+f.table+` WHERE key = $1`, key).Scan(&outcome); err != nil {
+		return err
+	}
+	var x w
+	return json.Unmarshal(outcome, &x)
+}
+
 // BenchmarkPostgresReplay: replays of settled keys, beside the floor: one
 // pool.QueryRow of "SELECT outcome FROM t WHERE key = $1" on a table of
 // its own (a text primary key and the outcome) and json.Unmarshal of it;
@@ -202,10 +234,7 @@ func BenchmarkPostgresReplay(b *testing.B) {
 					require.NoError(b, st.Migrate(bg))
 					return submissions.NewWithStore[w](st, submissions.WithLogger(quiet))
 				}
-				ledger := onTable()
-				floorTable := testTable(b, pool)
-				_, err := pool.Exec(bg, `CREATE TABLE `+floorTable+` (key text PRIMARY KEY, outcome bytea NOT NULL)`)
-				require.NoError(b, err)
+				ledger, floor := onTable(), newReplayFloor(b, pool)
 				send := func(_ context.Context, x w) (w, error) { return sent(x, "0xtx"), nil }
 				for g := range callers {
 					for n := range keys {
@@ -213,10 +242,7 @@ func BenchmarkPostgresReplay(b *testing.B) {
 						_, err := ledger.Submit(bg, key, x, send)
 						require.NoError(b, err)
 						key, x = benchWithdrawal("F", g, n)
-						outcome, err := json.Marshal(sent(x, "0xtx"))
-						require.NoError(b, err)
-						_, err = pool.Exec(bg, `INSERT INTO `+floorTable+` VALUES ($1, $2)`, key, outcome)
-						require.NoError(b, err)
+						floor.add(b, key, sent(x, "0xtx"))
 					}
 				}
 				if restarted {
@@ -228,12 +254,7 @@ func BenchmarkPostgresReplay(b *testing.B) {
 					return err
 				}, func(worker, n int) error {
 					key, _ := benchWithdrawal("F", worker, n%keys)
-					var outcome []byte
-					if err := pool.QueryRow(bg, `SELECT outcome FROM `+floorTable+` WHERE key = $1`, key).Scan(&outcome); err != nil {
-						return err
-					}
-					var x w
-					return json.Unmarshal(outcome, &x)
+					return floor.replay(key)
 				})
 			})
 		}
@@ -254,18 +275,13 @@ func BenchmarkPostgresReplayRecord(b *testing.B) {
 			st, err := New[w](pool, WithTable(testTable(b, pool)))
 			require.NoError(b, err)
 			require.NoError(b, st.Migrate(bg))
-			floorTable := testTable(b, pool)
-			_, err = pool.Exec(bg, `CREATE TABLE `+floorTable+` (key text PRIMARY KEY, outcome bytea NOT NULL)`)
-			require.NoError(b, err)
+			floor := newReplayFloor(b, pool)
 			for g := range callers {
 				key, x := benchWithdrawal("L", g, 0)
 				outcome := sent(x, "0xtx")
 				_, _, err := st.Claim(bg, floorTenant, key, x.Fingerprint(), &outcome)
 				require.NoError(b, err)
-				encoded, err := json.Marshal(outcome)
-				require.NoError(b, err)
-				_, err = pool.Exec(bg, `INSERT INTO `+floorTable+` VALUES ($1, $2)`, key, encoded)
-				require.NoError(b, err)
+				floor.add(b, key, outcome)
 			}
 			turnsOf(b, callers, max(1, perTurn/callers), nil, func(worker, _ int) error {
 				key, _ := benchWithdrawal("L", worker, 0)
@@ -278,12 +294,7 @@ func BenchmarkPostgresReplayRecord(b *testing.B) {
 				return err
 			}, func(worker, _ int) error {
 				key, _ := benchWithdrawal("L", worker, 0)
-				var outcome []byte
-				if err := pool.QueryRow(bg, `SELECT outcome FROM `+floorTable+` WHERE key = $1`, key).Scan(&outcome); err != nil {
-					return err
-				}
-				var x w
-				return json.Unmarshal(outcome, &x)
+				return floor.replay(key)
 			})
 		})
 	}
