@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,9 +21,11 @@ import (
 // before any store sees it: text that is not valid UTF-8 (written as
 // U+FFFD), a NaN or an infinity (which JSON cannot write), a field that JSON
 // leaves out (unexported, or tagged "-") that is not zero, a value in an
-// interface that JSON gives back as another type, and a channel, function
-// or complex number, even nil or zero. A type with its own MarshalJSON or
-// MarshalText is taken as it gives itself back.
+// interface that JSON gives back as another type, a json.Number that is not
+// one number (or empty, unless omitted), a map whose keys JSON cannot
+// write, and a channel, function or complex number, even nil or zero. A
+// type with its own MarshalJSON or MarshalText is taken as it gives itself
+// back.
 
 // A check says what in v does not come back from its encoding, as the path
 // to it and what it is; "" when all of it does.
@@ -51,7 +54,10 @@ func flatOf(t reflect.Type) *flat {
 // add adds the fields of t, at offset off and path in the outcome, and
 // reports whether all of them are flat.
 func (f *flat) add(t reflect.Type, off uintptr, path string) bool {
-	if marshals(t) {
+	switch {
+	case t == numberType:
+		return false // its check knows the field's tag
+	case marshals(t):
 		return true
 	}
 	switch t.Kind() {
@@ -220,6 +226,7 @@ var (
 	textMarshaler = reflect.TypeFor[encoding.TextMarshaler]()
 	anySlice      = reflect.TypeFor[[]any]()
 	anyMap        = reflect.TypeFor[map[string]any]()
+	numberType    = reflect.TypeFor[json.Number]()
 )
 
 // marshals reports a type that encodes itself.
@@ -230,7 +237,10 @@ func marshals(t reflect.Type) bool {
 
 // build makes t's check.
 func build(t reflect.Type, making map[reflect.Type]*check) check {
-	if marshals(t) {
+	switch {
+	case t == numberType:
+		return checkNumber(false)
+	case marshals(t):
 		return nil // it gives itself back, or not, by its own methods
 	}
 	switch t.Kind() {
@@ -289,6 +299,12 @@ func build(t reflect.Type, making map[reflect.Type]*check) check {
 			return "", ""
 		}
 	case reflect.Map:
+		switch k := t.Key(); {
+		case k.Kind() == reflect.String, k.Kind() >= reflect.Int && k.Kind() <= reflect.Uintptr, marshals(k):
+		default:
+			what := fmt.Sprintf("is a map with keys of type %s, which JSON cannot write", k)
+			return func(reflect.Value, int) (string, string) { return "", what }
+		}
 		key, elem := checkIn(t.Key(), making), checkIn(t.Elem(), making)
 		if key == nil && elem == nil {
 			return nil
@@ -327,10 +343,17 @@ func buildStruct(t reflect.Type, making map[reflect.Type]*check) check {
 	var fields []field
 	for i := range t.NumField() {
 		f := t.Field(i)
-		if (!f.IsExported() && !f.Anonymous) || f.Tag.Get("json") == "-" {
+		tag := f.Tag.Get("json")
+		switch {
+		case (!f.IsExported() && !f.Anonymous) || tag == "-":
 			fields = append(fields, field{i, f.Name, nil})
-		} else if c := checkIn(f.Type, making); c != nil {
-			fields = append(fields, field{i, f.Name, c})
+		case f.Type == numberType:
+			omitEmpty := slices.Contains(strings.Split(tag, ",")[1:], "omitempty")
+			fields = append(fields, field{i, f.Name, checkNumber(omitEmpty)})
+		default:
+			if c := checkIn(f.Type, making); c != nil {
+				fields = append(fields, field{i, f.Name, c})
+			}
 		}
 	}
 	if len(fields) == 0 {
@@ -351,6 +374,30 @@ func buildStruct(t reflect.Type, making map[reflect.Type]*check) check {
 		}
 		return "", ""
 	}
+}
+
+// checkNumber returns the check of a json.Number, which JSON writes as a
+// number: it must be one, as JSON reads it; an empty one comes back as 0,
+// unless it is left out (omitted, when omitEmpty).
+func checkNumber(omitEmpty bool) check {
+	return func(v reflect.Value, _ int) (string, string) {
+		n := v.String()
+		switch {
+		case n == "" && omitEmpty:
+		case n == "":
+			return "", "is an empty json.Number, which comes back as 0"
+		case !validNumber(n):
+			return "", fmt.Sprintf("is json.Number %q, which JSON cannot write", n)
+		}
+		return "", ""
+	}
+}
+
+// validNumber reports whether n, not empty, is a JSON number, as
+// encoding/json writes a json.Number: one number, nothing around it.
+func validNumber(n string) bool {
+	var f json.Number
+	return (n[0] == '-' || n[0] >= '0' && n[0] <= '9') && json.Unmarshal([]byte(n), &f) == nil && f.String() == n
 }
 
 // checkDynamic checks the value in an interface: JSON gives back text,

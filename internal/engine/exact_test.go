@@ -28,10 +28,10 @@ type (
 		Any    any
 		Raw    []byte
 		When   time.Time
-		Num    json.Number
-		Skip   string `json:"-"`
-		hidden        // its exported fields are written
-		note   string // unexported: left out
+		Num    json.Number `json:"num,omitempty"`
+		Skip   string      `json:"-"`
+		hidden             // its exported fields are written
+		note   string      // unexported: left out
 	}
 	node struct {
 		Name string
@@ -41,8 +41,10 @@ type (
 		N  int
 		OK bool
 	}
-	withFunc struct{ F func() }
-	named    string
+	withFunc   struct{ F func() }
+	withNumber struct{ Fee json.Number }
+	floatKeys  struct{ M map[float64]string }
+	named      string
 )
 
 // TestExactly: an outcome is recorded only when it comes back from its
@@ -76,6 +78,14 @@ func TestExactly(t *testing.T) {
 		{"a top-level slice", exactly([]string{"\xff"}), "the outcome's [0] holds text"},
 		{"a list", exactly(node{Name: "a", Next: &node{Name: "b", Next: &node{Name: "\xff"}}}), "the outcome's Next.Next.Name holds text"},
 		{"nothing to check", exactly(plain{N: 1}), ""},
+		{"a number", exactly(withNumber{Fee: "0.10"}), ""},
+		{"an empty number, not omitted", exactly(withNumber{}), "the outcome's Fee is an empty json.Number, which comes back as 0"},
+		{"an empty number, omitted", exactly(outer{Num: ""}), ""},
+		{"not a number", exactly(withNumber{Fee: "0x10"}), `the outcome's Fee is json.Number "0x10", which JSON cannot write`},
+		{"two numbers", exactly(json.Number("1 2")), `the outcome is json.Number "1 2"`},
+		{"a number with space", exactly(json.Number(" 1")), "which JSON cannot write"},
+		{"keys JSON cannot write", exactly(floatKeys{M: map[float64]string{}}), "the outcome's M is a map with keys of type float64, which JSON cannot write"},
+		{"integer keys", exactly(map[int]string{1: "a"}), ""},
 		{"a nil pointer", exactly[*inner](nil), ""},
 		{"an outcome type that is an interface", exactly[any](inner{}), ""},
 		{"the value it holds", exactly[any](&inner{Note: "\xff"}), "the outcome's Note holds text"},
