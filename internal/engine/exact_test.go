@@ -4,12 +4,15 @@ import (
 	"encoding/json"
 	"math"
 	"reflect"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemledger/submissions/driver"
 )
 
 type (
@@ -86,6 +89,13 @@ func TestExactly(t *testing.T) {
 		{"a number with space", exactly(json.Number(" 1")), "which JSON cannot write"},
 		{"keys JSON cannot write", exactly(floatKeys{M: map[float64]string{}}), "the outcome's M is a map with keys of type float64, which JSON cannot write"},
 		{"integer keys", exactly(map[int]string{1: "a"}), ""},
+		{"uintptr keys", exactly(map[uintptr]string{1: "a"}), ""},
+		{"a key of a map of numbers", exactly(map[string]int{"\xff": 1}), "holds text that is not valid UTF-8"},
+		{"a value in a map with integer keys", exactly(map[int]string{1: "\xff"}), `the outcome's ["1"] holds text`},
+		{"a negative number", exactly(json.Number("-1")), ""},
+		{"a number of nines", exactly(json.Number("9.99e9")), ""},
+		{"a number in quotes", exactly(json.Number(`"1"`)), "which JSON cannot write"},
+		{"null", exactly(json.Number("null")), "which JSON cannot write"},
 		{"a nil pointer", exactly[*inner](nil), ""},
 		{"an outcome type that is an interface", exactly[any](inner{}), ""},
 		{"the value it holds", exactly[any](&inner{Note: "\xff"}), "the outcome's Note holds text"},
@@ -98,14 +108,87 @@ func TestExactly(t *testing.T) {
 		require.Error(t, c.err, c.name)
 		assert.Contains(t, c.err.Error(), c.says, c.name)
 	}
+	// The bound is exact: 1000 pointers, elements or entries one in another
+	// are followed, and no more.
+	list := func(n int) node { // n nodes after the first
+		first := node{Name: "0"}
+		for i := range n {
+			next := first
+			first = node{Name: strconv.Itoa(i + 1), Next: &next}
+		}
+		return first
+	}
+	assert.NoError(t, exactly(list(maxDepth+1)))
+	assert.ErrorContains(t, exactly(list(maxDepth+2)), tooDeep)
+	slices := func(n int) []any { // n slices in the outermost, each holding the next
+		s := []any{}
+		for range n {
+			s = []any{s}
+		}
+		return s
+	}
+	assert.NoError(t, exactly(slices(maxDepth+1)))
+	assert.ErrorContains(t, exactly(slices(maxDepth+2)), tooDeep)
+	maps := func(n int) map[string]any {
+		m := map[string]any{}
+		for range n {
+			m = map[string]any{"m": m}
+		}
+		return m
+	}
+	assert.NoError(t, exactly(maps(maxDepth+1)))
+	assert.ErrorContains(t, exactly(maps(maxDepth+2)), tooDeep)
 	loop := &node{Name: "a"}
 	loop.Next = loop
-	assert.ErrorContains(t, exactly(loop), "is nested more than 1000 deep, or holds a cycle")
-	list := []any{}
-	for range 2000 {
-		list = []any{list}
+	assert.EqualError(t, exactly(loop), "the outcome is nested more than 1000 deep, or holds a cycle", "without the path")
+}
+
+// TestFlatOutcomes: the outcome of a struct of text and numbers at fixed
+// offsets is checked in place, with no allocation; any other is checked by
+// reflection.
+func TestFlatOutcomes(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		t    reflect.Type
+		flat bool
+	}{
+		{"text and numbers", reflect.TypeFor[plain](), true},
+		{"text", reflect.TypeFor[inner](), true},
+		{"an array, a struct in it, bytes", reflect.TypeFor[struct {
+			A   [2]inner
+			Raw []byte
+			In  inner
+		}](), true},
+		{"not a struct", reflect.TypeFor[named](), false},
+		{"a pointer", reflect.TypeFor[node](), false},
+		{"an unexported field", reflect.TypeFor[struct{ a string }](), false},
+		{"a field tagged -", reflect.TypeFor[struct {
+			A string `json:"-"`
+		}](), false},
+		{"a number", reflect.TypeFor[withNumber](), false},
+	} {
+		assert.Equal(t, c.flat, flatOf(c.t) != nil, c.name)
 	}
-	assert.ErrorContains(t, exactly(list), "nested more than 1000 deep")
+	l := New[flatOutcome](newFlatStore(), nil, nil)
+	out := flatOutcome{ID: "w-1", Fee: 0.1, Items: [2]inner{{Note: "a"}, {Note: "b"}}}
+	require.NoError(t, l.Exactly(out))
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = l.Exactly(out) }), "a flat check allocates nothing")
+	out.Items[1].Note = "\xff"
+	assert.EqualError(t, l.Exactly(out), "the outcome's Items[1].Note holds text that is not valid UTF-8")
+	out.Items[1].Note, out.Fee32 = "", float32(math.Inf(1))
+	assert.EqualError(t, l.Exactly(out), "the outcome's Fee32 is +Inf, which JSON cannot write")
+}
+
+// flatOutcome is an outcome whose check is flat.
+type flatOutcome struct {
+	ID    string
+	Fee   float64
+	Fee32 float32
+	Items [2]inner
+}
+
+func (f flatOutcome) Fingerprint() driver.Fingerprint {
+	return driver.Fingerprint{WithdrawalID: f.ID, Amount: "1", Currency: "EUR", Destination: "d"}
 }
 
 // TestChecksAreMadeOnce: a type's check is made once, however many
@@ -129,3 +212,8 @@ func TestChecksAreMadeOnce(t *testing.T) {
 	assert.Nil(t, checkOf(reflect.TypeFor[time.Time]()), "it encodes itself")
 	assert.NotNil(t, checkOf(reflect.TypeFor[fresh]()))
 }
+
+// flatStore is a Store no test calls: the ledger's outcome check needs none.
+type flatStore struct{ driver.Store[flatOutcome] }
+
+func newFlatStore() flatStore { return flatStore{} }

@@ -287,3 +287,26 @@ func TestAWaitForItsOwnSendHoldsNoStoreWait(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Equal(t, int64(1), st.waits.Load(), "a claim this ledger does not send is waited for in the store")
 }
+
+// settleFails is a mapStore whose Settle writes the outcome and then fails,
+// saying it settled all the same.
+type settleFails struct{ *mapStore }
+
+func (s settleFails) Settle(ctx context.Context, tenant, key string, token driver.Token, outcome transfer) (driver.Record[transfer], bool, error) {
+	rec, _, _ := s.mapStore.Settle(ctx, tenant, key, token, outcome)
+	return rec, true, errors.New("connection reset")
+}
+
+// TestASettleThatFailsIsAFailure: a Settle that returns an error failed,
+// whatever else it says: the answer comes back not recorded, as one that
+// may or may not stand.
+func TestASettleThatFailsIsAFailure(t *testing.T) {
+	l := New[transfer](settleFails{newMapStore()}, slog.New(slog.DiscardHandler), nil)
+	out, _, err := l.Submit(context.Background(), "", "k1", transfer{ID: "w-1"}, func(_ context.Context, r transfer) (transfer, error) {
+		r.TxHash = "0xabc"
+		return r, nil
+	})
+	require.ErrorIs(t, err, ErrOutcomeNotRecorded)
+	assert.ErrorContains(t, err, "the store failed, and the answer may or may not stand: connection reset")
+	assert.Equal(t, "0xabc", out.TxHash)
+}
