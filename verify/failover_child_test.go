@@ -47,24 +47,31 @@ func failoverSay(fields ...string) {
 
 // failoverChild is a payout service's instance: a ledger on pgstore through
 // the multi-host string, whose workers submit withdrawals w-0, w-1... a block
-// of failoverBlock at a time (in an order of their own) until TestFailover
-// says "stop" on standard input, and one send, of withdrawal held-<process>,
-// held until it says "release" (it kills the primary first). The rail
-// reports every transfer ("sent") before it answers.
+// of failoverBlock at a time (in an order of their own) until the test says
+// "stop" on standard input. The rail reports every transfer ("sent") before
+// it answers. For TestFailover it also makes one send, of withdrawal
+// held-<process>, held until the test says "release" (it kills the primary
+// first), before "stop". For TestHA (haModeVar set) it has haWorkers
+// workers, no held send, and each Submit has haTimeout to answer.
 func failoverChild(process string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ha := os.Getenv(haModeVar) != ""
+	workers, timeout, overall := failoverWorkers, time.Duration(0), 90*time.Second
+	if ha {
+		workers, timeout, overall = haWorkers, haTimeout, 5*time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), overall)
 	defer cancel()
 	cfg, err := pgxpool.ParseConfig(os.Getenv("SUBMISSIONS_FAILOVER_URL"))
 	if err != nil {
 		return err
 	}
-	cfg.MaxConns = failoverWorkers + 2
+	cfg.MaxConns = int32(workers) + 2
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	st, err := pgstore.New[W](pool, pgstore.WithTable(failoverTable))
+	st, err := pgstore.New[W](pool, pgstore.WithTable(os.Getenv(failoverTableVar)))
 	if err != nil {
 		return err
 	}
@@ -88,7 +95,9 @@ func failoverChild(process string) error {
 	go func() {
 		defer close(stdinDone)
 		in := bufio.NewScanner(os.Stdin)
-		in.Scan() // "release", or the end of the input
+		if !ha {
+			in.Scan() // "release", or the end of the input
+		}
 		close(release)
 		in.Scan() // "stop", or the end of the input
 		close(stop)
@@ -97,14 +106,16 @@ func failoverChild(process string) error {
 	}()
 
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		key := "held-" + process
-		failoverSubmit(ctx, ledger, key, failoverW(key), rail(key, func() {
-			failoverSay("holding", key)
-			<-release
-		}))
-	})
-	for g := range failoverWorkers {
+	if !ha {
+		wg.Go(func() {
+			key := "held-" + process
+			failoverSubmit(ctx, 0, ledger, key, failoverW(key), rail(key, func() {
+				failoverSay("holding", key)
+				<-release
+			}))
+		})
+	}
+	for g := range workers {
 		wg.Go(func() {
 			for b := 0; ; b++ {
 				select {
@@ -115,7 +126,7 @@ func failoverChild(process string) error {
 				for _, j := range rand.Perm(failoverBlock) {
 					i := b*failoverBlock + j
 					key := failoverKey(i, g)
-					failoverSubmit(ctx, ledger, key, failoverW(fmt.Sprint("w-", i)), rail(key, nil))
+					failoverSubmit(ctx, timeout, ledger, key, failoverW(fmt.Sprint("w-", i)), rail(key, nil))
 				}
 			}
 		})
@@ -127,19 +138,30 @@ func failoverChild(process string) error {
 
 // failoverSubmit submits x under key, again after each ErrStoreFailed (which
 // sent nothing), backing off, and reports each failure and the answer, with
-// the count of failures before it.
-func failoverSubmit(ctx context.Context, ledger *submissions.Submissions[W], key string, x W, send func(context.Context, W) (W, error)) {
+// when the attempt began (Unix milliseconds) and the count of failures
+// before it. With a timeout, each attempt has that long, and one that
+// returns later than haLate after its deadline is reported ("late").
+func failoverSubmit(ctx context.Context, timeout time.Duration, ledger *submissions.Submissions[W], key string, x W, send func(context.Context, W) (W, error)) {
 	pause := 5 * time.Millisecond
 	for failures := 0; ; failures++ {
-		out, replayed, err := ledger.SubmitOrReplay(ctx, key, x, send)
-		n := strconv.Itoa(failures)
+		attempt, cancel := ctx, context.CancelFunc(func() {})
+		if timeout > 0 {
+			attempt, cancel = context.WithTimeout(ctx, timeout)
+		}
+		began := time.Now()
+		out, replayed, err := ledger.SubmitOrReplay(attempt, key, x, send)
+		cancel()
+		if late := time.Since(began) - timeout; timeout > 0 && late > haLate {
+			failoverSay("late", key, strconv.FormatInt(late.Milliseconds(), 10), strconv.Quote(fmt.Sprint(err)))
+		}
+		n, at := strconv.Itoa(failures), strconv.FormatInt(began.UnixMilli(), 10)
 		var conflict *submissions.ConflictError
 		switch {
 		case err == nil && replayed:
-			failoverSay("ok", key, x.ID, out.TxHash, "replayed", n)
+			failoverSay("ok", key, x.ID, out.TxHash, "replayed", at, n)
 			return
 		case err == nil:
-			failoverSay("ok", key, x.ID, out.TxHash, "sent", n)
+			failoverSay("ok", key, x.ID, out.TxHash, "sent", at, n)
 			return
 		case classesOf(err) != 1:
 			failoverSay("error", key, "of no class or of two:", strconv.Quote(err.Error()))
