@@ -87,8 +87,9 @@ var (
 	// is for another withdrawal (the error names the fields that differ), no
 	// store could give it back as it is (text that is not UTF-8, say: see
 	// docs/rules.md), the store failed while recording it (it may stand all
-	// the same), or the key was released or resolved otherwise while send
-	// ran. Resolve returns it, writing nothing, for an outcome that no store
+	// the same; a store that was only unavailable, during a failover say,
+	// is tried again until the context ends), or the key was released or
+	// resolved otherwise while send ran. Resolve returns it, writing nothing, for an outcome that no store
 	// could give back as it is. The money may have
 	// moved: escalate, never retry under a new key. An answer of the
 	// request's own withdrawal may be recorded with Resolve, unless the key

@@ -26,3 +26,11 @@ var (
 	ErrClaimChanged = errors.New("claim changed")
 	ErrNotSupported = errors.New("not supported by the store")
 )
+
+// ErrUnavailable is wrapped by a Store in the error of a call that may
+// succeed if made again: its server could not be reached or went away, is
+// not (or is no longer) the primary, or rolled the change back. After a
+// Settle fails with it, the ledger makes the Settle again, on the claim's
+// token, while its caller's ctx lasts: a failover need not leave the answer
+// to an operator.
+var ErrUnavailable = errors.New("store unavailable")

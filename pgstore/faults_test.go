@@ -111,24 +111,29 @@ func waitForLock(t *testing.T, admin *pgxpool.Pool, pid int) {
 	}
 }
 
-// TestConnectionKilledDuringTheOutcomeWrite: the rail has moved the money,
-// and the connection dies while its UPDATE of the outcome waits on a row lock.
-// Submit returns the outcome with ErrOutcomeNotRecorded; the key stays in
-// flight, abandoned, so that a Wait says the outcome is unknown; nothing is
-// sent again.
-func TestConnectionKilledDuringTheOutcomeWrite(t *testing.T) {
+// outcomeWriteKilled is what killedDuringTheOutcomeWrite returns.
+type outcomeWriteKilled struct {
+	ledger *submissions.Submissions[w]
+	st     *Store[w]
+	out    w     // Submit's answer
+	err    error // Submit's error
+	sends  *atomic.Int64
+}
+
+// killedDuringTheOutcomeWrite submits w-1 under req-1 through a ledger on a
+// pool of one connection, whose send holds the claimed row, so that the
+// outcome's UPDATE waits on it, and kills that connection while it waits;
+// then it calls after.
+func killedDuringTheOutcomeWrite(t *testing.T, ctx context.Context, after func()) outcomeWriteKilled {
 	pool := testPool(t, 1) // one connection: the claim's, then the outcome's
 	admin := testPool(t, 2)
 	st := newTestStore[w](t, pool)
 	ledger := submissions.NewWithStore[w](st, submissions.WithLogger(quiet))
 	pid := backendPID(t, pool)
 	var sends atomic.Int64
-	x := newW("w-1")
 	killed := make(chan struct{})
-	out, err := ledger.Submit(bg, "req-1", x, func(_ context.Context, x w) (w, error) {
+	out, err := ledger.Submit(ctx, "req-1", newW("w-1"), func(_ context.Context, x w) (w, error) {
 		sends.Add(1)
-		// Hold the claimed row, so that the outcome's UPDATE waits on it,
-		// and kill that connection while it waits.
 		blocker, err := admin.Begin(bg)
 		if err != nil {
 			return w{}, err
@@ -141,10 +146,47 @@ func TestConnectionKilledDuringTheOutcomeWrite(t *testing.T) {
 			defer blocker.Rollback(bg)
 			waitForLock(t, admin, pid)
 			terminate(t, admin, pid)
+			after()
 		}()
 		return sent(x, "0xmoved"), nil
 	})
 	<-killed
+	return outcomeWriteKilled{ledger, st, out, err, &sends}
+}
+
+// TestConnectionKilledDuringTheOutcomeWrite: the rail has moved the money,
+// and the connection dies while its UPDATE of the outcome waits on a row
+// lock. The store was unavailable, not refusing: the ledger writes the
+// outcome again, on a new connection, and Submit returns it recorded;
+// nothing is sent again.
+func TestConnectionKilledDuringTheOutcomeWrite(t *testing.T) {
+	k := killedDuringTheOutcomeWrite(t, bg, func() {})
+	ledger, st, out, err, sends := k.ledger, k.st, k.out, k.err, k.sends
+	x := newW("w-1")
+	require.NoError(t, err, "Submit: the outcome written again")
+	require.Equal(t, sent(x, "0xmoved"), out)
+	rec, ok, err := st.Lookup(bg, "", "req-1")
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.True(t, rec.Done, "recorded")
+	assert.Equal(t, out, rec.Outcome)
+	got, err := ledger.Submit(bg, "req-1", x, func(context.Context, w) (w, error) { sends.Add(1); return w{}, errors.New("sent twice") })
+	require.NoError(t, err, "replay")
+	require.Equal(t, out, got, "replay")
+	require.EqualValues(t, 1, sends.Load(), "sends")
+}
+
+// TestConnectionKilledDuringTheOutcomeWriteAsItsContextEnds: the same, but
+// the caller's ctx ends as the connection dies, before the outcome can be
+// written again. Submit returns the outcome with ErrOutcomeNotRecorded; the
+// key stays in flight, abandoned, so that a Wait says the outcome is
+// unknown; nothing is sent again.
+func TestConnectionKilledDuringTheOutcomeWriteAsItsContextEnds(t *testing.T) {
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	k := killedDuringTheOutcomeWrite(t, ctx, cancel)
+	ledger, st, out, err, sends := k.ledger, k.st, k.out, k.err, k.sends
+	x := newW("w-1")
 	require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded, "Submit")
 	require.Equal(t, sent(x, "0xmoved"), out, "Submit returns the rail's outcome")
 	rec, ok, err := st.Lookup(bg, "", "req-1")
@@ -152,9 +194,9 @@ func TestConnectionKilledDuringTheOutcomeWrite(t *testing.T) {
 	require.True(t, ok)
 	assert.False(t, rec.Done, "in flight")
 	assert.True(t, rec.Abandoned, "abandoned: the outcome's write failed")
-	ctx, cancel := context.WithTimeout(bg, 5*time.Second)
-	defer cancel()
-	_, err = ledger.Wait(ctx, "req-1")
+	wctx, wcancel := context.WithTimeout(bg, 5*time.Second)
+	defer wcancel()
+	_, err = ledger.Wait(wctx, "req-1")
 	require.ErrorIs(t, err, submissions.ErrOutcomeUnknown, "Wait")
 	again := func(context.Context, w) (w, error) { sends.Add(1); return w{}, errors.New("sent twice") }
 	_, err = ledger.Submit(bg, "req-1", x, again)

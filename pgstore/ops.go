@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemledger/submissions/driver"
 )
@@ -185,7 +189,18 @@ func (s *Store[R]) record(key string, row storedRow) (driver.Record[R], error) {
 // record, settled false) or gone (the zero Record). Settles made while the
 // Store is running one are made in groups, one UPDATE for all, as claims
 // are; when a group's statement fails, each settle is made alone.
+//
+// An error after which the Settle may stand if made again (the server could
+// not be reached or went away, is not the primary, or rolled it back)
+// wraps driver.ErrUnavailable, and the ledger makes it again while its
+// caller's ctx lasts.
 func (s *Store[R]) Settle(ctx context.Context, tenant, key string, token driver.Token, outcome R) (driver.Record[R], bool, error) {
+	rec, settled, err := s.settle(ctx, tenant, key, token, outcome)
+	return rec, settled, unavailable(err)
+}
+
+// settle is Settle, its errors as they come.
+func (s *Store[R]) settle(ctx context.Context, tenant, key string, token driver.Token, outcome R) (driver.Record[R], bool, error) {
 	encoded, err := s.encode(key, outcome)
 	if err != nil {
 		return driver.Record[R]{}, false, err
@@ -292,6 +307,38 @@ func (s *Store[R]) ClaimedBy(ctx context.Context, tenant, withdrawalID string) (
 		return "", false, s.translate(err)
 	}
 	return key, true, nil
+}
+
+// unavailable returns err wrapped in driver.ErrUnavailable when the call
+// that failed with it may succeed if made again: a connection that could not
+// be made (no server takes writes yet, during a failover) or that broke, a
+// server shutting down or starting up, a transaction refused as read-only
+// (a standby, or a primary demoted under it), or one the server rolled back
+// (a deadlock, a serialization failure). It returns any other err as it is.
+func unavailable(err error) error {
+	if err == nil || errors.Is(err, driver.ErrUnavailable) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) {
+		return err // the caller's ctx ended: the ledger makes no Settle again
+	}
+	again := false
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
+		switch pgErr.Code {
+		case "57P01", "57P02", "57P03", "25006", "40001", "40P01":
+			again = true
+		default:
+			again = strings.HasPrefix(pgErr.Code, "08") // connection exception
+		}
+	} else if _, ok := errors.AsType[*pgconn.ConnectError](err); ok {
+		again = true
+	} else if _, ok := errors.AsType[net.Error](err); ok {
+		again = true
+	} else {
+		again = errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || pgconn.SafeToRetry(err)
+	}
+	if !again {
+		return err
+	}
+	return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
 }
 
 // recentKeys is a bounded set of keys a Store has claimed or found, each with

@@ -32,7 +32,7 @@ const (
 	haTimeout  = 10 * time.Second           // each Submit's deadline
 	haLate     = 300 * time.Millisecond     // how long after its deadline a Submit may return
 	haBefore   = 100                        // withdrawals submitted before the fault
-	haAfter    = 200                        // withdrawals submitted after the first that the cluster took after the fault
+	haAfter    = 200                        // withdrawals submitted after the fault is over and the cluster took a send that began after it
 	haFrozen   = 30 * time.Second           // how long freeze keeps the leader stopped: Patroni's TTL (20 s) and 10 s
 	haScenario = 4 * time.Minute            // the most a scenario may take
 )
@@ -86,22 +86,26 @@ func TestHA(t *testing.T) {
 
 // haRun runs one scenario: load from the ledger processes, the fault once
 // haBefore withdrawals were submitted, and the end once haAfter more were
-// submitted after the first send the cluster recorded that began after the
-// fault; then the checks of TestFailover's, on the primary the cluster has
-// then.
+// submitted after the fault was over and the cluster recorded a send that
+// began after it was made; then the checks of TestFailover's, on the
+// primary the cluster has then.
 func haRun(t *testing.T, name string, fault func(t *testing.T, at chan<- time.Time)) {
 	url := haScript(t, "up")
 	table := "ha_" + name
 	dropTable(t, url, table)
 	r := startRailRun(t, url, table, haModeVar+"=1")
+	leader := haScript(t, "leader")
 
 	var (
 		faultAt  = make(chan time.Time, 1)
 		faulted  time.Time     // when the fault was made
 		first    time.Duration // from the fault to the first send recorded that began after it
 		faultEnd = make(chan struct{})
-		phase    int // 0 before the fault, 1 faulted, 2 stopped
-		at       int // withdrawals submitted at the first send recorded after the fault
+		over     bool          // the fault is over
+		lastSent time.Time     // when the last send recorded was told
+		gap      time.Duration // the longest time without a send recorded, from the fault on
+		phase    int           // 0 before the fault, 1 faulted, 2 stopped
+		at       int           // withdrawals submitted once the fault was over and a send after it recorded
 	)
 	running := failoverProcesses
 	deadline := time.After(haScenario)
@@ -134,15 +138,32 @@ func haRun(t *testing.T, name string, fault func(t *testing.T, at chan<- time.Ti
 		}
 		// The first Submit that began after the fault and sent, its
 		// outcome recorded.
-		if !faulted.IsZero() && first == 0 && l.fields[0] == "ok" && l.fields[4] == "sent" {
+		if sent := l.fields[0] == "ok" && l.fields[4] == "sent"; sent && !faulted.IsZero() {
+			since := faulted
+			if lastSent.After(since) {
+				since = lastSent
+			}
+			gap = max(gap, time.Since(since))
 			began, err := strconv.ParseInt(l.fields[5], 10, 64)
 			require.NoError(t, err)
-			if began >= faulted.UnixMilli() {
-				first, at = time.Since(faulted), len(r.ids)
+			if first == 0 && began >= faulted.UnixMilli() {
+				first = time.Since(faulted)
 			}
 		}
-		if phase == 1 && first > 0 && len(r.ids) >= at+haAfter {
-			<-faultEnd
+		if l.fields[0] == "ok" && l.fields[4] == "sent" {
+			lastSent = time.Now()
+		}
+		if !over {
+			select {
+			case <-faultEnd:
+				over = true
+			default:
+			}
+		}
+		if over && first > 0 && at == 0 {
+			at = len(r.ids)
+		}
+		if phase == 1 && at > 0 && len(r.ids) >= at+haAfter {
 			r.finish(t)
 			phase = 2
 		}
@@ -157,6 +178,7 @@ func haRun(t *testing.T, name string, fault func(t *testing.T, at chan<- time.Ti
 		require.Less(t, time.Since(healed), time.Minute, "a leader and a synchronous standby again, after %s", name)
 		time.Sleep(200 * time.Millisecond)
 	}
+	assert.NotEqual(t, leader, haScript(t, "leader"), "another node leads after the %s", name)
 	c := r.check(t, url, table)
 	assert.Empty(t, r.late, "Submits that returned more than %v after their deadline", haLate)
 	if name == "switchover" {
@@ -171,11 +193,11 @@ func haRun(t *testing.T, name string, fault func(t *testing.T, at chan<- time.Ti
 	})
 	t.Logf("%s: keys cut off: %v", name, keys)
 	figures.Add(t, "HA %s: %d ledger processes of %d goroutines, %d Submits of %d withdrawals, each with a %v deadline; "+
-		"first successful submit %v after the fault; %d Submits retried after ErrStoreFailed; %d late; "+
+		"first successful submit %v after the fault, the longest time without one %v; %d Submits retried after ErrStoreFailed; %d late; "+
 		"%d keys cut off (%d ErrOutcomeNotRecorded, %d ErrOutcomeUnknown), %d in flight afterwards: %d resolved from the rail, %d released; "+
 		"%d replays ahead of the standby",
 		name, failoverProcesses, haWorkers, r.answers+r.retries, len(r.ids), haTimeout,
-		first.Round(10*time.Millisecond), r.retries, len(r.late),
+		first.Round(10*time.Millisecond), gap.Round(10*time.Millisecond), r.retries, len(r.late),
 		len(r.cut), r.cutAs("notrecorded"), r.cutAs("unknown"), c.inFlight, c.resolved, c.released, c.ahead)
 }
 

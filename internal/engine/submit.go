@@ -58,7 +58,7 @@ func (l *Ledger[R]) submit(ctx context.Context, tenant, key string, req R,
 		}
 		return zero, false, err
 	case snd != nil:
-		out, err := l.sendAndRecord(ctx, tenant, key, snd, &fp, &given, req, send)
+		out, err := l.sendAndRecord(ctx, tenant, key, snd, rec.Token, &fp, &given, req, send)
 		return out, false, err
 	}
 	if err := replayable(key, &given, &rec); err != nil {
@@ -77,9 +77,9 @@ func (l *Ledger[R]) submit(ctx context.Context, tenant, key string, req R,
 // with the answer recorded, or with none, the key left claimed. Its steps
 // are sendCall's; each that does not return (a panic, or runtime.Goexit in
 // send) ends the send with no outcome, and the log says which it was.
-func (l *Ledger[R]) sendAndRecord(ctx context.Context, tenant, key string, snd driver.Send[R], fp, given *driver.Fingerprint, req R,
+func (l *Ledger[R]) sendAndRecord(ctx context.Context, tenant, key string, snd driver.Send[R], token driver.Token, fp, given *driver.Fingerprint, req R,
 	send func(ctx context.Context, req R) (R, error)) (R, error) {
-	c := sendCall[R]{l: l, ctx: ctx, tenant: tenant, key: key, snd: snd, fp: *fp}
+	c := sendCall[R]{l: l, ctx: ctx, tenant: tenant, key: key, snd: snd, token: token, fp: *fp}
 	var (
 		out R
 		err error
@@ -115,6 +115,7 @@ type sendCall[R driver.Fingerprinter] struct {
 	ctx         context.Context
 	tenant, key string
 	snd         driver.Send[R]
+	token       driver.Token       // the claim's
 	fp          driver.Fingerprint // canonical
 	start       time.Time          // when send started, timed for an observer only
 }
@@ -204,11 +205,25 @@ func (c *sendCall[R]) refusal(out R, given *driver.Fingerprint) error {
 }
 
 // record settles the claim with out, and returns nil when out is the key's
-// outcome, or why it is not. A Settle that fails or panics may have
-// recorded it or not: the claim is abandoned, which marks it only if it is
+// outcome, or why it is not. A Settle that fails with driver.ErrUnavailable
+// is made again on the claim's token while ctx lasts (resettleFor without
+// a deadline): a primary that went away may come back, or another take its
+// place, and a Settle that did stand the first time finds the claim done
+// with out. A Settle that fails otherwise, or until ctx ends, or panics, may have
+// recorded out or not: the claim is abandoned, which marks it only if it is
 // still in flight.
 func (c *sendCall[R]) record(out R) error {
 	rec, settled, err := c.snd.Settle(c.ctx, out)
+	if errors.Is(err, driver.ErrUnavailable) {
+		ctx, cancel := c.ctx, context.CancelFunc(func() {})
+		if _, ok := ctx.Deadline(); !ok {
+			ctx, cancel = context.WithTimeout(ctx, resettleFor)
+		}
+		defer cancel()
+		for pause := resettlePause; errors.Is(err, driver.ErrUnavailable) && sleep(ctx, pause); pause = min(2*pause, resettlePauseMax) {
+			rec, settled, err = c.l.store.Settle(ctx, c.tenant, c.key, c.token, out)
+		}
+	}
 	if err == nil && settled {
 		return nil
 	}
@@ -247,7 +262,7 @@ func unsettled[R any](rec *driver.Record[R], err error, out R) error {
 // otherwise while send ran is left as it is.
 func (l *Ledger[R]) notSent(ctx context.Context, key string, snd driver.Send[R], cause error) error {
 	// The rail has spoken: the release is made even when ctx has ended.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
+	rctx, cancel := afterEnd(ctx)
 	defer cancel()
 	rec, released, err := snd.Release(rctx)
 	switch {
@@ -267,16 +282,52 @@ func (l *Ledger[R]) notSent(ctx context.Context, key string, snd driver.Send[R],
 // errNilAnswer is the error of a send that answered with a nil pointer.
 var errNilAnswer = errors.New("send answered nil")
 
-// abandonTimeout bounds an Abandon, which runs when the send's ctx may have
-// ended already.
-const abandonTimeout = 5 * time.Second
+// A call the ledger makes for a send whose ctx may have ended (an Abandon, a
+// Release after the rail said it moved nothing) runs for at most
+// abandonTimeout, and at most endGrace past the end of the send's ctx, so
+// that the send's caller hears back within endGrace of its deadline even
+// from a store that does not answer. A Settle that failed with
+// driver.ErrUnavailable is made again after resettlePause, then after
+// twice as long each time, up to resettlePauseMax, for as long as ctx
+// lasts, or resettleFor when ctx has no deadline.
+const (
+	resettleFor      = 30 * time.Second
+	abandonTimeout   = 5 * time.Second
+	endGrace         = 100 * time.Millisecond
+	resettlePause    = 20 * time.Millisecond
+	resettlePauseMax = time.Second
+)
+
+// afterEnd returns the context of such a call, not cancelled with ctx.
+func afterEnd(ctx context.Context) (context.Context, context.CancelFunc) {
+	limit := abandonTimeout
+	switch deadline, ok := ctx.Deadline(); {
+	case ctx.Err() != nil:
+		limit = endGrace
+	case ok:
+		limit = min(limit, time.Until(deadline)+endGrace)
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), limit)
+}
+
+// sleep waits for d, and reports false at once if ctx ends first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
 
 // abandon ends snd without an outcome. It is best effort: an error or a
 // panic of the store is contained, so that the send's caller gets its error
 // as it would without it (and a panic under way goes on unchanged).
 func (l *Ledger[R]) abandon(ctx context.Context, snd driver.Send[R]) {
 	defer func() { _ = recover() }() // contained: see above
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
+	actx, cancel := afterEnd(ctx)
 	defer cancel()
 	_ = snd.Abandon(actx)
 }

@@ -3,7 +3,9 @@ package ledgertest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +21,10 @@ import (
 var failureTests = []test{
 	{"StoreFailureIsErrStoreFailed", testStoreFailureIsErrStoreFailed},
 	{"AnswerIsNotRecordedWhenTheStoreFails", testAnswerIsNotRecordedWhenTheStoreFails},
+	{"AnUnavailableSettleIsMadeAgain", testAnUnavailableSettleIsMadeAgain},
+	{"AnUnavailableSettleThatStoodIsNotSentAgain", testAnUnavailableSettleThatStoodIsNotSentAgain},
+	{"AnUnavailableSettleEndsWithItsContext", testAnUnavailableSettleEndsWithItsContext},
+	{"AnAbandonThatHangsEndsSoonAfterTheDeadline", testAnAbandonThatHangsEndsSoonAfterTheDeadline},
 	{"StorePanicLeavesTheLedgerWhole", testStorePanicLeavesTheLedgerWhole},
 	{"ReleaseWaitsForAClaimUntilItsContextEnds", testReleaseWaitsForAClaimUntilItsContextEnds},
 	{"ReleaseIsNotHeldUpByRetries", testReleaseIsNotHeldUpByRetries},
@@ -230,8 +236,16 @@ func testStoreFailureIsErrStoreFailed(t *testing.T, newStore Factory) {
 
 func testAnswerIsNotRecordedWhenTheStoreFails(t *testing.T, newStore Factory) {
 	st := newStore(t)
-	f := setUpOn(t, &hooked{Store: st, before: failOnce("Settle", errLostConnection)})
+	fail := failOnce("Settle", errLostConnection)
+	var settles atomic.Int32
+	f := setUpOn(t, &hooked{Store: st, before: func(call string) error {
+		if call == "Settle" {
+			settles.Add(1)
+		}
+		return fail(call)
+	}})
 	out, err := f.s.Submit(bg, "req-1", f.w, f.rail.send)
+	require.EqualValues(t, 1, settles.Load(), "a Settle that failed otherwise than unavailable is not made again")
 	require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
 	require.ErrorIs(t, err, errLostConnection)
 	require.NotErrorIs(t, err, submissions.ErrStoreFailed, "money moved: not the class that says nothing was sent")
@@ -242,6 +256,119 @@ func testAnswerIsNotRecordedWhenTheStoreFails(t *testing.T, newStore Factory) {
 	requireKeptClaim(t, other, "req-1", f.w)
 	require.NoError(t, other.Resolve(bg, "req-1", out), "Resolve with the answer that came back")
 	requireOutcome(t, other, "req-1", out, true)
+	f.rail.requireSends(t, 1)
+}
+
+// errUnavailable is a store's error after which a Settle may stand if made
+// again (a failover, say).
+var errUnavailable = fmt.Errorf("%w: %w", driver.ErrUnavailable, errLostConnection)
+
+// testAnUnavailableSettleIsMadeAgain: a Settle that fails with
+// driver.ErrUnavailable is made again on the claim's token until it stands,
+// and the caller gets the answer recorded; send ran once.
+func testAnUnavailableSettleIsMadeAgain(t *testing.T, newStore Factory) {
+	var settles atomic.Int32
+	f := setUpOn(t, &hooked{Store: newStore(t), before: func(call string) error {
+		if call == "Settle" && settles.Add(1) <= 2 {
+			return errUnavailable
+		}
+		return nil
+	}})
+	out, err := f.s.Submit(bg, "req-1", f.w, f.rail.send)
+	require.NoError(t, err)
+	require.Equal(t, sentTx(f.w, "0xtx-w-1"), out)
+	require.EqualValues(t, 3, settles.Load(), "two Settles that failed, and the one that stood")
+	requireOutcome(t, f.s, "req-1", out, true)
+	f.rail.requireSends(t, 1)
+}
+
+// settleStandsThenFails wraps a store whose first Settle records the
+// outcome and then fails with errUnavailable, as a commit whose answer was
+// lost does.
+type settleStandsThenFails struct {
+	driver.Store[Withdrawal]
+	settles atomic.Int32
+}
+
+func (s *settleStandsThenFails) Settle(ctx context.Context, tenant, key string, token driver.Token, outcome Withdrawal) (driver.Record[Withdrawal], bool, error) {
+	rec, ok, err := s.Store.Settle(ctx, tenant, key, token, outcome)
+	if s.settles.Add(1) == 1 && err == nil {
+		return driver.Record[Withdrawal]{}, false, errUnavailable
+	}
+	return rec, ok, err
+}
+
+// testAnUnavailableSettleThatStoodIsNotSentAgain: a Settle that stood but
+// said the store was unavailable is made again, finds the claim done with
+// the same outcome, and the caller gets it as recorded.
+func testAnUnavailableSettleThatStoodIsNotSentAgain(t *testing.T, newStore Factory) {
+	st := &settleStandsThenFails{Store: newStore(t)}
+	f := setUpOn(t, st)
+	out, err := f.s.Submit(bg, "req-1", f.w, f.rail.send)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, st.settles.Load())
+	requireOutcome(t, f.s, "req-1", out, true)
+	f.rail.requireSends(t, 1)
+}
+
+// testAnUnavailableSettleEndsWithItsContext: a Settle that stays
+// unavailable is made again until the caller's ctx ends, and no later: the
+// caller gets ErrOutcomeNotRecorded, with the answer, soon after its
+// deadline, and the key stays in flight for an operator.
+func testAnUnavailableSettleEndsWithItsContext(t *testing.T, newStore Factory) {
+	st := newStore(t)
+	var settles atomic.Int32
+	f := setUpOn(t, &hooked{Store: st, before: func(call string) error {
+		if call == "Settle" {
+			settles.Add(1)
+			return errUnavailable
+		}
+		return nil
+	}})
+	const deadline = 300 * time.Millisecond
+	took, out, err := submitWithin(f, deadline)
+	require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
+	require.Equal(t, sentTx(f.w, "0xtx-w-1"), out, "the rail's answer comes back")
+	assert.Greater(t, settles.Load(), int32(2), "made again while ctx lasted")
+	assert.GreaterOrEqual(t, took, deadline, "made again until ctx ended")
+	assert.Less(t, took, deadline+time.Second, "and no longer")
+	other := submissions.NewWithStore(st, submissions.WithLogger(quiet))
+	requireKeptClaim(t, other, "req-1", f.w)
+	f.rail.requireSends(t, 1)
+}
+
+// submitWithin submits f's withdrawal under req-1 with a ctx of deadline,
+// and returns how long it took and Submit's answer.
+func submitWithin(f *fixture, deadline time.Duration) (time.Duration, Withdrawal, error) {
+	ctx, cancel := context.WithTimeout(bg, deadline)
+	defer cancel()
+	began := time.Now()
+	out, err := f.s.Submit(ctx, "req-1", f.w, f.rail.send)
+	return time.Since(began), out, err
+}
+
+// testAnAbandonThatHangsEndsSoonAfterTheDeadline: after a Settle that
+// failed, the ledger abandons the claim; when the store does not answer
+// (a server frozen, say), the caller still hears back within a few hundred
+// milliseconds of its deadline.
+func testAnAbandonThatHangsEndsSoonAfterTheDeadline(t *testing.T, newStore Factory) {
+	abandons := make(chan struct{}, 1)
+	st := &abandoning{Store: &hooked{Store: newStore(t), before: func(call string) error {
+		if call == "Settle" {
+			return errLostConnection
+		}
+		return nil
+	}}, abandon: func(ctx context.Context, _, _ string, _ driver.Token) error {
+		abandons <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	}}
+	f := setUpOn(t, st)
+	const deadline = 200 * time.Millisecond
+	took, _, err := submitWithin(f, deadline)
+	require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
+	require.Len(t, abandons, 1, "the claim was abandoned")
+	assert.Less(t, took, deadline+300*time.Millisecond, "the caller hears back soon after its deadline")
 	f.rail.requireSends(t, 1)
 }
 
