@@ -108,10 +108,17 @@ func failoverChild(process string) error {
 	var wg sync.WaitGroup
 	if !ha {
 		wg.Go(func() {
+			// The held send's caller gives up a second after its answer:
+			// the ledger writes an answer again while the primary is gone
+			// only while its caller's ctx lasts, and this test promotes
+			// the standby once every held send's caller has its error.
+			hctx, cancel := context.WithCancel(ctx)
+			defer cancel()
 			key := "held-" + process
-			failoverSubmit(ctx, 0, ledger, key, failoverW(key), rail(key, func() {
+			failoverSubmit(hctx, 0, ledger, key, failoverW(key), rail(key, func() {
 				failoverSay("holding", key)
 				<-release
+				time.AfterFunc(failoverHeldFor, cancel)
 			}))
 		})
 	}

@@ -37,6 +37,7 @@ const (
 	failoverBlock     = 10  // withdrawals a worker submits in an order of its own
 	failoverKillAfter = 600 // answers before the primary is killed, and after the promotion before the end
 	failoverTable     = "failover_submissions"
+	failoverHeldFor   = time.Second // how long a held send's caller waits for its answer to be recorded
 )
 
 // failoverW is withdrawal id, as every process submits it.

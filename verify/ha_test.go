@@ -181,6 +181,9 @@ func haRun(t *testing.T, name string, fault func(t *testing.T, at chan<- time.Ti
 	assert.NotEqual(t, leader, haScript(t, "leader"), "another node leads after the %s", name)
 	c := r.check(t, url, table)
 	assert.Empty(t, r.late, "Submits that returned more than %v after their deadline", haLate)
+	if name == "freeze" {
+		assert.Less(t, first, haFrozen, "submits succeed on the new primary while the old one is still frozen")
+	}
 	if name == "switchover" {
 		assert.Empty(t, r.cut, "keys cut off by a switchover: only ErrStoreFailed, retried, may come of one")
 	}
