@@ -60,8 +60,10 @@ type entry[R any] struct {
 	sending  bool // a ledger is running the claim's send
 	released bool // released: no longer in the store
 	pruned   bool // pruned: a tombstone holds its key
-	// abandoned: a send of the claim ended without an answer
+	// abandoned: a send of the claim ended without a recorded answer
 	abandoned bool
+	answered  bool // abandoned, with an answer that was not recorded
+	answer    *R   // that answer, when kept
 }
 
 // NewMemoryStore returns an empty Store that keeps its state in memory, the
@@ -74,7 +76,11 @@ func NewMemoryStore[R Fingerprinter]() driver.Store[R] {
 
 // record returns e as a Record. The caller holds the lock.
 func (e *entry[R]) record() driver.Record[R] {
-	return driver.Record[R]{Fingerprint: e.fp, Outcome: e.outcome, Done: e.done, Token: e.token, Abandoned: e.abandoned && !e.done}
+	rec := driver.Record[R]{Fingerprint: e.fp, Outcome: e.outcome, Done: e.done, Token: e.token, Abandoned: e.abandoned && !e.done}
+	if rec.Abandoned && e.answered {
+		rec.Answered, rec.Answer = true, e.answer
+	}
+	return rec
 }
 
 // space returns tenant's space, or nil if the tenant has never claimed a
@@ -260,6 +266,27 @@ func (e *entry[R]) Abandon(context.Context) error {
 	return nil
 }
 
+// AbandonAnswered implements driver.Send: e's send ends, and e, if in
+// flight, is abandoned with answer.
+func (e *entry[R]) AbandonAnswered(_ context.Context, answer *R) error {
+	m := e.space.store
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e.sending = false
+	e.answerWith(answer)
+	return nil
+}
+
+// answerWith marks e, if in flight, abandoned with an answer, kept when not
+// nil. The caller holds the lock.
+func (e *entry[R]) answerWith(answer *R) {
+	if e.done || e.released || e.pruned {
+		return
+	}
+	e.abandoned, e.answered, e.answer = true, true, answer
+	e.wake()
+}
+
 // wake ends the waits for e, if there are any. The caller holds the lock.
 func (e *entry[R]) wake() {
 	m := e.space.store
@@ -324,7 +351,7 @@ func (m *memStore[R]) Release(_ context.Context, tenant, key string, token drive
 	if !ok || e.token != token {
 		return m.tombOf(tenant, key, token), false, nil
 	}
-	if e.done {
+	if e.done || e.answered {
 		return e.record(), false, nil
 	}
 	e.drop()
@@ -364,6 +391,17 @@ func (m *memStore[R]) Abandon(_ context.Context, tenant, key string, token drive
 	if e, ok := m.find(tenant, key); ok && e.token == token && !e.done {
 		e.abandoned = true
 		e.wake()
+	}
+	return nil
+}
+
+// AbandonAnswered implements driver.Answerer, for a ledger that runs the
+// memory store through another Store that wraps it.
+func (m *memStore[R]) AbandonAnswered(_ context.Context, tenant, key string, token driver.Token, answer *R) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e, ok := m.find(tenant, key); ok && e.token == token {
+		e.answerWith(answer)
 	}
 	return nil
 }
@@ -443,7 +481,7 @@ func (m *memStore[R]) ListInFlight(_ context.Context, q driver.ListQuery) ([]dri
 	claims := make([]driver.InFlight, len(all))
 	for i, f := range all {
 		claims[i] = driver.InFlight{Tenant: f.tenant, Key: f.key, Fingerprint: f.e.fp,
-			ClaimedAt: time.Unix(0, f.e.at), Token: f.e.token, Abandoned: f.e.abandoned}
+			ClaimedAt: time.Unix(0, f.e.at), Token: f.e.token, Abandoned: f.e.abandoned, Answered: f.e.answered}
 	}
 	return claims, nil
 }

@@ -118,7 +118,12 @@ func TestObserverSeesEveryDecision(t *testing.T) {
 			require.Equal(t, []observe.EventKind{observe.EventClaimed, observe.EventNotRecorded}, kinds(seen))
 			assert.Equal(t, err, seen[1].Err)
 
-			require.NoError(t, s.Release(bg, "req-4"))
+			require.ErrorIs(t, s.Release(bg, "req-4"), submissions.ErrIdempotencyConflict, "an answered claim is never released")
+			assert.Empty(t, kinds(o.take()))
+			_, err = s.Submit(bg, "req-6", newWithdrawal("w-6"), fail)
+			require.ErrorIs(t, err, submissions.ErrOutcomeUnknown)
+			o.take()
+			require.NoError(t, s.Release(bg, "req-6"))
 			assert.Equal(t, []observe.EventKind{observe.EventReleased}, kinds(o.take()))
 
 			require.Panics(t, func() {

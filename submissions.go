@@ -140,34 +140,59 @@ func (s *Submissions[R]) SubmitOrReplay(ctx context.Context, key string, req R,
 }
 
 // Resolve records the outcome of a key whose send ended without one: "I
-// looked at the rail, here is what happened". The outcome's fingerprint must
-// be the key's request's. It returns nil when the outcome is recorded, or was
-// already; ErrIdempotencyConflict when the key has another outcome or
-// withdrawal, or, for an unknown key, when another key claims the withdrawal
-// (a *ConflictError); ErrPruned when the key, or the key that claims the
-// withdrawal, was pruned; ErrOutcomeNotRecorded, writing nothing, for an
-// outcome that no store could give back as it is (see docs/rules.md); and
-// otherwise the refusals of Submit before its claim.
-// An unknown key is recorded with the outcome and claims the withdrawal. A
-// key released while Resolve ran gets ErrSubmissionInFlight, nothing
-// recorded; a Resolve again finds it unknown, or claimed anew.
+// looked at the rail, here is what happened". It decides as
+// Admin().Resolve does with Force (the service's own Resolve is the rail's
+// word) and ClaimUnknown, and returns that Result's Err: nil when the
+// outcome is recorded, or was already; ErrIdempotencyConflict when the key
+// has another outcome or withdrawal (naming the fields that differ), or,
+// for an unknown key, when another key claims the withdrawal (a
+// *ConflictError); ErrPruned when the key was pruned;
+// ErrOutcomeNotRecorded (and admin.ErrInvalidOutcome), writing nothing, for
+// an outcome that no store could give back as it is (see docs/rules.md);
+// admin.ErrClaimChanged when the key was released or claimed anew while
+// Resolve ran, each time it was decided (a claim that changes is decided
+// again as it is then, a few times); and otherwise the refusals of Submit
+// before its claim. An unknown key is recorded with the
+// outcome and claims the withdrawal.
 //
 // Two outcomes are the same when their encoding/json encodings hold equal
 // JSON values (see docs/rules.md).
 func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) error {
-	return s.ledger().Resolve(ctx, s.tenant, key, 0, outcome)
+	a, t := s.Admin(), admin.Target{Tenant: s.tenant, Key: key, Force: true, ClaimUnknown: true}
+	return again(func() admin.Result { return a.Resolve(ctx, t, outcome) })
 }
 
 // Release drops a key whose send ended without an outcome: "I looked at the
 // rail, nothing was sent". The withdrawal is free again, for this key or
-// another. It returns nil, also for an unknown key; ErrIdempotencyConflict
-// when the key has an outcome; ErrSubmissionInFlight while this ledger is
-// running the key's send; ErrPruned when the key's record was pruned; ctx's
-// error when ctx ends while it waits for this ledger's claim of the key to
-// come back from the store; ErrStoreFailed when the store fails (the release
-// may or may not stand: Release again to know).
+// another. It decides as Admin().Release does without Force, and returns
+// that Result's Err: nil, also for an unknown key; ErrIdempotencyConflict
+// when the key has an outcome; ErrSubmissionInFlight while a send of the
+// claim is running in this ledger, or is not known to have ended (it may
+// run in another process: an operator who has looked at the rail releases
+// it with Admin().Release and Force); ErrPruned when the key's record was
+// pruned; ctx's error when ctx ends while it waits for this ledger's claim
+// of the key to come back from the store; ErrStoreFailed when the store
+// fails (the release may or may not stand: Release again to know). A claim
+// that changes while Release runs is decided again as it is then; after a
+// few times, admin.ErrClaimChanged.
 func (s *Submissions[R]) Release(ctx context.Context, key string) error {
-	return s.ledger().Release(ctx, s.tenant, key, 0)
+	a, t := s.Admin(), admin.Target{Tenant: s.tenant, Key: key}
+	return again(func() admin.Result { return a.Release(ctx, t) })
+}
+
+// again runs an action on a key's claim, whatever its token, and runs it
+// again while it finds the claim changed as it acted (released, or claimed
+// anew), a few times, so that it is decided on the claim as it is then; it
+// returns the last Result's error.
+func again(act func() admin.Result) error {
+	r := act()
+	for range 3 {
+		if r.Rule != admin.RuleClaimChanged {
+			break
+		}
+		r = act()
+	}
+	return r.Err
 }
 
 // Outcome returns the outcome recorded for key, with ok false when the key is

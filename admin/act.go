@@ -52,21 +52,24 @@ type Rule string
 
 // The rules of Resolve and Release.
 const (
-	RuleInvalidTenant   Rule = "invalid-tenant"      // the tenant is not valid
-	RuleInvalidKey      Rule = "invalid-key"         // the key is empty, too long, or not valid text
-	RuleInvalidOutcome  Rule = "invalid-outcome"     // the outcome breaks the fingerprint's rules or the service's own
-	RuleUnknownKey      Rule = "unknown-key"         // the key has no record in the tenant
-	RuleTokenDiffers    Rule = "token-differs"       // the key's claim has another token than the one given
-	RulePruned          Rule = "pruned"              // the key was settled, then pruned
-	RuleOtherWithdrawal Rule = "other-withdrawal"    // the outcome is for another withdrawal
-	RuleFieldDiffers    Rule = "field-differs"       // the outcome's amount, currency or destination is not the claim's
-	RuleAnotherOutcome  Rule = "another-outcome"     // the key has another outcome
-	RuleHasOutcome      Rule = "has-outcome"         // a key with an outcome is never released
-	RuleSendRunning     Rule = "send-running"        // release: this ledger is running the claim's send
-	RuleSendMayRun      Rule = "send-may-be-running" // no send of the claim is known to have ended
-	RuleClaimChanged    Rule = "claim-changed"       // the claim changed while the action ran
-	RuleStoreFailed     Rule = "store-failed"        // the store failed
-	RuleContextEnded    Rule = "context-ended"       // ctx ended
+	RuleInvalidTenant     Rule = "invalid-tenant"      // the tenant is not valid
+	RuleInvalidKey        Rule = "invalid-key"         // the key is empty, too long, or not valid text
+	RuleInvalidOutcome    Rule = "invalid-outcome"     // the outcome breaks the fingerprint's rules or the service's own
+	RuleUnknownKey        Rule = "unknown-key"         // the key has no record in the tenant
+	RuleTokenDiffers      Rule = "token-differs"       // the key's claim has another token than the one given
+	RulePruned            Rule = "pruned"              // the key was settled, then pruned
+	RuleOtherWithdrawal   Rule = "other-withdrawal"    // the outcome is for another withdrawal
+	RuleFieldDiffers      Rule = "field-differs"       // the outcome's amount, currency or destination is not the claim's
+	RuleAnotherOutcome    Rule = "another-outcome"     // the key has another outcome
+	RuleHasOutcome        Rule = "has-outcome"         // a key with an outcome is never released
+	RuleAnswered          Rule = "answered"            // a claim whose send got an answer that was not recorded is never released
+	RuleNoAnswer          Rule = "no-answer"           // resolve with the answer: the claim has none kept
+	RuleSendRunning       Rule = "send-running"        // release: this ledger is running the claim's send
+	RuleSendMayRun        Rule = "send-may-be-running" // no send of the claim is known to have ended
+	RuleClaimChanged      Rule = "claim-changed"       // the claim changed while the action ran
+	RuleWithdrawalClaimed Rule = "withdrawal-claimed"  // resolve of an unknown key: another key claims the withdrawal
+	RuleStoreFailed       Rule = "store-failed"        // the store failed
+	RuleContextEnded      Rule = "context-ended"       // ctx ended
 )
 
 // Target names the claim an operator acts on.
@@ -80,6 +83,10 @@ type Target struct {
 	// ledger is sending (Resolve only: Release refuses it always), or one
 	// no send is known to have ended (see Claim.Abandoned).
 	Force bool
+	// ClaimUnknown makes Resolve record a key that has no record with the
+	// outcome, claiming its withdrawal if no other key holds it, as the
+	// service's own Resolve does, rather than refuse it. Release ignores it.
+	ClaimUnknown bool
 }
 
 // Result is what an operator's action did, for every door (a program, an
@@ -119,10 +126,12 @@ func (a *Admin[R]) Resolve(ctx context.Context, t Target, outcome R) Result {
 	if !ok {
 		return r
 	}
-	if err := a.checkOutcome(outcome); err != nil {
-		why := strings.TrimPrefix(err.Error(), ErrInvalidOutcome.Error()+": ") // the service's own words
+	if why, err := a.checkOutcome(r.Claim.Key, outcome); err != nil {
 		return r.refuse(RuleInvalidOutcome, "outcome", err, fmt.Sprintf("the outcome is not valid: %s: nothing changed", why),
 			"give the outcome as the rail shows it, once it is final, for the claim's withdrawal")
+	}
+	if !found.Found && t.ClaimUnknown {
+		return a.claimUnknown(ctx, &r, outcome)
 	}
 	if !found.Found {
 		return a.unknown(&r, t)
@@ -167,6 +176,30 @@ func (a *Admin[R]) Resolve(ctx context.Context, t Target, outcome R) Result {
 	return a.after(&r, err)
 }
 
+// ResolveWithAnswer resolves t's claim with the answer its send got from
+// the rail, which was not recorded then and is kept with the claim
+// (Claim.Answered): "the rail answered, record what it said". It is
+// Resolve with that answer, and refuses a claim without one kept
+// (RuleNoAnswer).
+func (a *Admin[R]) ResolveWithAnswer(ctx context.Context, t Target) Result {
+	r := Result{Action: "resolve", Claim: Claim{Tenant: t.Tenant, Key: t.Key}}
+	found, ok := a.look(ctx, t, &r)
+	switch {
+	case !ok:
+		return r
+	case !found.Found:
+		return a.unknown(&r, t)
+	case t.Token != 0 && found.Record.Token != t.Token:
+		return r.tokenDiffers(t.Token)
+	case found.Record.Answer == nil:
+		return r.refuse(RuleNoAnswer, "outcome", fmt.Errorf("%w: request key %s has no answer of its send kept", ErrInvalidOutcome, r.Claim.Key),
+			fmt.Sprintf("request key %s has no answer of its send kept (state %s, send %s): nothing changed", r.Claim.Key, r.State, r.Claim.Send()),
+			"resolve it with what the rail shows")
+	}
+	t.Token = found.Record.Token // the claim whose answer it is
+	return a.Resolve(ctx, t, *found.Record.Answer)
+}
+
 // Release drops t's claim, freeing its withdrawal to be sent again: "I
 // looked at the rail, nothing was sent". A claim this ledger is sending is
 // refused; a claim no send is known to have ended needs t.Force. A key
@@ -191,6 +224,10 @@ func (a *Admin[R]) Release(ctx context.Context, t Target) Result {
 		return r.refuse(RuleHasOutcome, "", fmt.Errorf("%w: request key %s has an outcome", driver.ErrIdempotencyConflict, r.Claim.Key),
 			fmt.Sprintf("request key %s has an outcome, so its withdrawal was settled: a key with an outcome is never released; nothing changed", r.Claim.Key),
 			"show the key for its outcome")
+	case rec.Answered:
+		return r.refuse(RuleAnswered, "", fmt.Errorf("%w: request key %s has an answer of its send that was not recorded: %w", driver.ErrIdempotencyConflict, r.Claim.Key, engine.ErrAbandoned),
+			fmt.Sprintf("request key %s's send got an answer from the rail that was not recorded: money moved, so the claim is never released, with force or without; nothing changed", r.Claim.Key),
+			"resolve it with its answer (show the key), or with what the rail shows")
 	case found.Sending:
 		return r.refuse(RuleSendRunning, "", fmt.Errorf("%w: request key %s", engine.ErrSubmissionInFlight, r.Claim.Key),
 			fmt.Sprintf("request key %s's send is running in this process: releasing it could send the withdrawal twice; nothing changed", r.Claim.Key),
@@ -231,7 +268,7 @@ func (a *Admin[R]) look(ctx context.Context, t Target, r *Result) (engine.Looked
 	if found.Found {
 		rec := found.Record
 		r.Claim.Fingerprint, r.Claim.Token = rec.Fingerprint, rec.Token
-		r.Claim.Sending, r.Claim.Abandoned = found.Sending, rec.Abandoned
+		r.Claim.Sending, r.Claim.Abandoned, r.Claim.Answered = found.Sending, rec.Abandoned, rec.Answered
 		r.State = "in flight"
 		switch {
 		case rec.Pruned:
@@ -241,6 +278,18 @@ func (a *Admin[R]) look(ctx context.Context, t Target, r *Result) (engine.Looked
 		}
 	}
 	return found, true
+}
+
+// claimUnknown records outcome on a key that had no record, claiming its
+// withdrawal.
+func (a *Admin[R]) claimUnknown(ctx context.Context, r *Result, outcome R) Result {
+	err := a.state().Ledger().Resolve(ctx, r.Claim.Tenant, r.Claim.Key, 0, outcome)
+	if err == nil {
+		r.Decision = Changed
+		r.Message = fmt.Sprintf("recorded request key %s with this outcome: its withdrawal is claimed, and its retries get the outcome", r.Claim.Key)
+		return *r
+	}
+	return a.after(r, err)
 }
 
 // unknown decides an action on a key without a record.
@@ -265,11 +314,24 @@ func mayRun[R any](r Result, found engine.Looked[R], t Target, risk string) (Res
 
 // after decides an action whose ledger call failed with err after the look.
 func (a *Admin[R]) after(r *Result, err error) Result {
+	var ce *driver.ConflictError
 	switch {
+	case errors.As(err, &ce):
+		pruned := ""
+		if ce.Pruned {
+			pruned = ", which was settled, then pruned"
+		}
+		return r.refuse(RuleWithdrawalClaimed, "withdrawal_id", err,
+			fmt.Sprintf("withdrawal %s is claimed by request key %s%s, not by %s: nothing changed", ce.WithdrawalID, ce.Holder, pruned, r.Claim.Key),
+			"show the key that claims the withdrawal")
 	case errors.Is(err, engine.ErrClaimChanged), errors.Is(err, engine.ErrSubmissionInFlight):
 		return r.refuse(RuleClaimChanged, "", err,
 			fmt.Sprintf("request key %s's claim changed while the %s ran (released, resolved or claimed again): this action changed nothing", r.Claim.Key, r.Action),
 			"show the key again")
+	case errors.Is(err, driver.ErrIdempotencyConflict) && r.Action == "release" && errors.Is(err, engine.ErrAbandoned):
+		return r.refuse(RuleAnswered, "", err,
+			fmt.Sprintf("request key %s's send got an answer from the rail that was not recorded while the release ran: money moved, so the claim is never released; nothing changed", r.Claim.Key),
+			"resolve it with its answer (show the key), or with what the rail shows")
 	case errors.Is(err, driver.ErrIdempotencyConflict) && r.Action == "release":
 		return r.refuse(RuleHasOutcome, "", err,
 			fmt.Sprintf("request key %s was resolved while the release ran, so its withdrawal was settled: a key with an outcome is never released; nothing changed", r.Claim.Key),

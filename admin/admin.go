@@ -96,22 +96,23 @@ func (a *Admin[R]) WithOutcomeCheck(check func(outcome R) error) *Admin[R] {
 	return (*Admin[R])(a.state().WithCheck(check))
 }
 
-// checkOutcome returns the error of an outcome that is no outcome: nil, of
-// an invalid fingerprint, one that no store would give back as it is, or
-// one refused by the Admin's check.
-func (a *Admin[R]) checkOutcome(outcome R) error {
+// checkOutcome returns the error of an outcome for key that is no outcome
+// (nil, of an invalid fingerprint, one that no store would give back as it
+// is, or one refused by the Admin's check), with why, in the words of the
+// check that refused it.
+func (a *Admin[R]) checkOutcome(key string, outcome R) (why string, err error) {
 	if _, err := a.state().Ledger().Fingerprint(outcome); err != nil {
-		return err
+		return err.Error(), err
 	}
 	if err := a.state().Ledger().Exactly(outcome); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidOutcome, err)
+		return err.Error(), fmt.Errorf("%w: %w: request key %s: %w", ErrInvalidOutcome, engine.ErrOutcomeNotRecorded, key, err)
 	}
 	if check := a.state().Check(); check != nil {
 		if err := check(outcome); err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalidOutcome, err)
+			return err.Error(), fmt.Errorf("%w: request key %s: %w", ErrInvalidOutcome, key, err)
 		}
 	}
-	return nil
+	return "", nil
 }
 
 // Claim is a key in flight, as Admin lists it.
@@ -122,7 +123,8 @@ type Claim struct {
 	ClaimedAt   time.Time          // when the store made the claim, by its clock
 	Token       driver.Token       // the claim's token, which Admin's actions match
 	Sending     bool               // this ledger is running its send right now
-	Abandoned   bool               // a send of it ended without an answer (driver.Record.Abandoned)
+	Abandoned   bool               // a send of it ended without a recorded answer (driver.Record.Abandoned)
+	Answered    bool               // that send got an answer that was not recorded: money moved (driver.Record.Answered)
 }
 
 // InFlightQuery selects the keys in flight that Admin.InFlight lists.
@@ -166,18 +168,21 @@ func (q InFlightQuery) EmptyText() string {
 
 // The states of a claim's send, as Claim.Send names them.
 const (
-	SendRunning = "running"                         // this ledger is running it
-	SendEnded   = "ended without a recorded answer" // it ended without a recorded answer (Abandoned)
-	SendUnknown = "not known to have ended"
+	SendRunning  = "running"                           // this ledger is running it
+	SendEnded    = "ended without a recorded answer"   // it ended without a recorded answer (Abandoned)
+	SendAnswered = "answered, the answer not recorded" // it got an answer that was not recorded (Answered): money moved
+	SendUnknown  = "not known to have ended"
 )
 
 // Send names the state of c's send for an operator: SendRunning,
-// SendEnded, or SendUnknown when neither is known here (a send may run in
-// another process, or its process stopped mid-send).
+// SendAnswered, SendEnded, or SendUnknown when none is known here (a send
+// may run in another process, or its process stopped mid-send).
 func (c Claim) Send() string {
 	switch {
 	case c.Sending:
 		return SendRunning
+	case c.Answered:
+		return SendAnswered
 	case c.Abandoned:
 		return SendEnded
 	}
@@ -225,7 +230,7 @@ func (a *Admin[R]) list(ctx context.Context, q driver.ListQuery) ([]Claim, error
 	claims := make([]Claim, len(listed))
 	for i, c := range listed {
 		claims[i] = Claim{Tenant: c.Tenant, Key: c.Key, Fingerprint: c.Fingerprint, ClaimedAt: c.ClaimedAt,
-			Token: c.Token, Sending: c.Sending, Abandoned: c.Abandoned}
+			Token: c.Token, Sending: c.Sending, Abandoned: c.Abandoned, Answered: c.Answered}
 	}
 	return claims, nil
 }
@@ -245,29 +250,34 @@ func (a *Admin[R]) ResolveClaim(ctx context.Context, c Claim, outcome R) error {
 	if err := check(c); err != nil {
 		return err
 	}
-	if err := a.checkOutcome(outcome); err != nil {
+	if _, err := a.checkOutcome(c.Key, outcome); err != nil {
 		return err
 	}
 	return a.state().Ledger().Resolve(ctx, c.Tenant, c.Key, c.Token, outcome)
 }
 
 // ReleaseClaim drops the claim c, a claim listed by InFlight, as Release
-// does a key: "I looked at the rail, nothing was sent". Unlike
-// Admin.Release it needs no force for a claim no send is known to have
-// ended: it is the path of a program that has looked at the rail. It acts only on c's
-// token in c's tenant. It returns nil when the claim is released;
-// ErrSubmissionInFlight while this ledger is running its send;
-// ErrIdempotencyConflict when the claim has an outcome; ErrClaimChanged when
-// the claim is gone (released, and perhaps claimed again: the new claim is
-// left as it is); ctx's error when ctx ends while it waits for this ledger's
-// claim of the key to come back from the store; ErrStoreFailed when the
-// store fails (the release may or may not stand: ReleaseClaim again to
-// know); and ErrInvalidTenant or ErrInvalidKey for an invalid claim.
+// does a key without Force: "I looked at the rail, nothing was sent". It
+// acts only on c's token in c's tenant. It returns nil when the claim is
+// released; ErrSubmissionInFlight while a send of the claim runs in this
+// ledger, or is not known to have ended (it may run in another process,
+// and reach the rail after the look: Release with Force, once the rail
+// shows that it cannot); ErrIdempotencyConflict when the claim has an
+// outcome; ErrClaimChanged when the claim is gone (released, and perhaps
+// claimed again: the new claim is left as it is); ctx's error when ctx ends
+// while it waits for this ledger's claim of the key to come back from the
+// store; ErrStoreFailed when the store fails (the release may or may not
+// stand: ReleaseClaim again to know); and ErrInvalidTenant or ErrInvalidKey
+// for an invalid claim.
 func (a *Admin[R]) ReleaseClaim(ctx context.Context, c Claim) error {
 	if err := check(c); err != nil {
 		return err
 	}
-	return a.state().Ledger().Release(ctx, c.Tenant, c.Key, c.Token)
+	r := a.Release(ctx, Target{Tenant: c.Tenant, Key: c.Key, Token: c.Token})
+	if r.Decision == Unchanged { // no record: the claim is gone
+		return fmt.Errorf("%w: request key %s: the claim is no longer in the store under its token", ErrClaimChanged, r.Claim.Key)
+	}
+	return r.Err
 }
 
 // check returns the error of a claim whose tenant or key is invalid, or
@@ -341,7 +351,11 @@ type ReconcileReport struct {
 	Released []Claim
 	// Unknown are the claims the rail could not tell about, left in flight.
 	Unknown []Claim
-	// Skipped are the claims this ledger is sending, left alone unchecked.
+	// Skipped are the claims left in flight for their send may still run:
+	// those this ledger is sending, unchecked, and those the rail found not
+	// sent whose send is not known to have ended (Claim.Send): a send still
+	// under way may reach the rail after the check. An operator who knows
+	// otherwise releases them with Release and Force.
 	Skipped []Claim
 	// Failed are the claims whose check failed, or whose action was refused
 	// or failed, each with its error; the rail's finding contradicted
@@ -371,7 +385,8 @@ const reconcilePage = DefaultListLimit
 // ledger's clock, when Reconcile starts) from the rail's evidence: it walks
 // them oldest first, skips the claims this ledger is sending, and asks check
 // about each other. VerdictSent resolves the claim with the outcome found
-// (ResolveClaim), VerdictNotSent releases it (ReleaseClaim), VerdictUnknown
+// (ResolveClaim), VerdictNotSent releases it (ReleaseClaim) when its send is
+// known to have ended, and skips it otherwise, VerdictUnknown
 // leaves it in flight; every claim is in the report. Every action is on the
 // listed claim's token, so Reconcile is safe from several goroutines and
 // instances at once and while sends run: what another has closed meanwhile
@@ -443,7 +458,7 @@ func (a *Admin[R]) act(ctx context.Context, c Claim, f Finding[R], rep *Reconcil
 		case err == nil, errors.Is(err, ErrClaimChanged):
 			rep.Released = append(rep.Released, c)
 			return
-		case errors.Is(err, engine.ErrSubmissionInFlight): // its send started meanwhile
+		case errors.Is(err, engine.ErrSubmissionInFlight): // its send may still run
 			rep.Skipped = append(rep.Skipped, c)
 			return
 		}

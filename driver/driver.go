@@ -16,7 +16,8 @@
 //   - Lister lists the claims in flight, for an operator.
 //   - Waiter waits for a claim to close, for Wait without polling.
 //   - Abandoner records that a claim's send ended without an answer, so that
-//     a Wait anywhere learns it.
+//     a Wait anywhere learns it; an Answerer, that it got an answer that
+//     was not recorded, with the answer.
 //   - Pruner turns settled records into tombstones.
 //   - Tracker keeps, with each claim, the mark of a send running under it,
 //     in the same step as the claim: a Store in one process can, and saves
@@ -57,10 +58,16 @@ type Record[R any] struct {
 	// is true and Outcome is the zero R. The key and the withdrawal stay
 	// claimed for ever, so that neither is ever sent again.
 	Pruned bool
-	// Abandoned reports a claim in flight whose send ended without an
-	// answer (see Abandoner). The claim stays in flight, to be resolved or
-	// released; a done record is never Abandoned.
+	// Abandoned reports a claim in flight whose send ended without a
+	// recorded answer (see Abandoner). The claim stays in flight, to be
+	// resolved or released; a done record is never Abandoned.
 	Abandoned bool
+	// Answered reports an Abandoned claim whose send got an answer from
+	// the rail that could not be recorded as its outcome (see Answerer):
+	// money moved, so the claim is never released, only resolved.
+	Answered bool
+	// Answer is that answer, when the store kept it; nil otherwise.
+	Answer *R
 }
 
 // Store holds a ledger's two indexes, request key to Record and withdrawal
@@ -96,9 +103,9 @@ type Store[R any] interface {
 	Settle(ctx context.Context, tenant, key string, token Token, outcome R) (rec Record[R], settled bool, err error)
 
 	// Release deletes key's claim token, with the claim on its withdrawal,
-	// if that claim is in flight, and returns the deleted record with
-	// released true. If the claim is done, it changes nothing and returns the
-	// record with released false. If key has no record, or a record of
+	// if that claim is in flight and not Answered, and returns the deleted
+	// record with released true. If the claim is done or Answered, it
+	// changes nothing and returns the record with released false. If key has no record, or a record of
 	// another claim, it changes nothing and returns the zero Record with
 	// released false. A tombstone of the claim is done: it is returned with
 	// released false.
@@ -120,6 +127,7 @@ type InFlight struct {
 	ClaimedAt   time.Time   // when the store made the claim, by its clock
 	Token       Token       // the claim's token
 	Abandoned   bool        // the claim's Record.Abandoned
+	Answered    bool        // the claim's Record.Answered
 }
 
 // ListQuery selects claims in flight for Lister.ListInFlight.
@@ -180,6 +188,18 @@ type Abandoner interface {
 	Abandon(ctx context.Context, tenant, key string, token Token) error
 }
 
+// An Answerer is an Abandoner that can also record that a claim's send got
+// an answer that could not be recorded as its outcome (it was for another
+// withdrawal, or the Settle failed), and keep that answer, so that an
+// operator anywhere sees that money moved and can resolve the claim with
+// it. The memory store and pgstore are Answerers.
+type Answerer[R any] interface {
+	// AbandonAnswered is Abandon of key's claim token that also marks the
+	// claim Answered and keeps *answer with it, or no answer when answer is
+	// nil. A claim that is done or gone changes nothing, and is no error.
+	AbandonAnswered(ctx context.Context, tenant, key string, token Token, answer *R) error
+}
+
 // PrunedRecord is a record that a Pruner has turned into a tombstone.
 type PrunedRecord struct {
 	Tenant       string // "" for the default tenant
@@ -238,6 +258,10 @@ type Send[R any] interface {
 	// Abandon ends the send without an outcome and marks the claim, if it
 	// is still in flight, Abandoned, as Abandoner.Abandon does.
 	Abandon(ctx context.Context) error
+
+	// AbandonAnswered is Abandon that also marks the claim Answered, with
+	// answer kept when it is not nil, as Answerer.AbandonAnswered does.
+	AbandonAnswered(ctx context.Context, answer *R) error
 }
 
 // A Replayer is a Store that can read a done record from memory, at the

@@ -116,13 +116,13 @@ var (
 				return w, nil
 			})
 	}
-	notRecordedContextEnded ledgerError = func(t *testing.T) error {
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		return submitErr(t, submissions.New[withdrawal](quiet), ctx, "k1", newWithdrawal("wd-1"),
+	// The rail answered with text no store gives back as it is.
+	notRecordedNotExact ledgerError = func(t *testing.T) error {
+		return submitErr(t, submissions.New[withdrawal](quiet), t.Context(), "k1", newWithdrawal("wd-1"),
 			func(ctx context.Context, w withdrawal) (withdrawal, error) {
-				cancel()
-				return sent(ctx, w)
+				w, _ = sent(ctx, w)
+				w.TxID = "0x\xff"
+				return w, nil
 			})
 	}
 	// An operator closed the claim while the rail answered: errors as the
@@ -190,7 +190,7 @@ func TestProblemFor(t *testing.T) {
 		{"outcome unknown", outcomeUnknown, submissions.ErrOutcomeUnknown, 502, idemhttp.TypeOutcomeUnknown, "", false},
 		{"outcome unknown with a deadline", outcomeUnknownDeadline, context.DeadlineExceeded, 502, idemhttp.TypeOutcomeUnknown, "", false},
 		{"not recorded: another withdrawal", notRecordedOtherWithdrawal, submissions.ErrOutcomeNotRecorded, 502, idemhttp.TypeOutcomeNotRecorded, "", false},
-		{"not recorded: context ended", notRecordedContextEnded, context.Canceled, 502, idemhttp.TypeOutcomeNotRecorded, "", false},
+		{"not recorded: not given back as it is", notRecordedNotExact, submissions.ErrOutcomeNotRecorded, 502, idemhttp.TypeOutcomeNotRecorded, "", false},
 		{"not recorded: resolved meanwhile", notRecordedResolved, submissions.ErrResolvedMeanwhile, 502, idemhttp.TypeOutcomeNotRecorded, "", false},
 		{"not recorded: resolved meanwhile, and pruned", notRecordedResolvedPruned, submissions.ErrResolvedMeanwhile, 502, idemhttp.TypeOutcomeNotRecorded, "", false},
 		{"not recorded: released meanwhile", notRecordedReleased, submissions.ErrReleasedMeanwhile, 502, idemhttp.TypeOutcomeNotRecorded, "", false},
@@ -301,7 +301,7 @@ func TestProblemForInFlight(t *testing.T) {
 // operator resolved or released it while the rail answered.
 func TestProblemForOutcomeNotRecorded(t *testing.T) {
 	const stands = "The request key stays claimed until an operator"
-	for _, make := range []ledgerError{notRecordedOtherWithdrawal, notRecordedContextEnded, wrapped(notRecordedContextEnded)} {
+	for _, make := range []ledgerError{notRecordedOtherWithdrawal, notRecordedNotExact, wrapped(notRecordedNotExact)} {
 		assert.Contains(t, idemhttp.ProblemFor(make(t)).Detail, stands)
 	}
 	for _, make := range []ledgerError{notRecordedResolved, notRecordedResolvedPruned, wrapped(notRecordedResolved)} {

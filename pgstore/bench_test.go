@@ -287,7 +287,7 @@ func BenchmarkPostgresReplayRecord(b *testing.B) {
 				key, _ := benchWithdrawal("L", worker, 0)
 				var row storedRow
 				if err := pool.QueryRow(bg, st.sql.lookup, floorTenant, key).Scan(&row.token, &row.fp.WithdrawalID, &row.fp.Amount,
-					&row.fp.Currency, &row.fp.Destination, &row.outcome, &row.pruned, &row.abandoned); err != nil {
+					&row.fp.Currency, &row.fp.Destination, &row.outcome, &row.pruned, &row.abandoned, &row.answered, &row.answer); err != nil {
 					return err
 				}
 				_, err := st.record(key, row)

@@ -50,4 +50,10 @@ func ExampleSchema() {
 	// -- A table made before Abandon gets abandoned_at: set on a row in flight whose
 	// -- send ended without an answer, so that its waiters anywhere learn it.
 	// ALTER TABLE "payouts"."submissions" ADD COLUMN IF NOT EXISTS abandoned_at timestamptz;
+	// -- A table made before answers were kept gets answered_at and answer: set on
+	// -- a row in flight whose send got an answer from the rail that could not be
+	// -- recorded as its outcome (money moved: the row is never released), with
+	// -- the answer, encoded as an outcome, when it could be kept.
+	// ALTER TABLE "payouts"."submissions" ADD COLUMN IF NOT EXISTS answered_at timestamptz;
+	// ALTER TABLE "payouts"."submissions" ADD COLUMN IF NOT EXISTS answer bytea;
 }

@@ -27,7 +27,7 @@ func (s *Store[R]) ListInFlight(ctx context.Context, q driver.ListQuery) ([]driv
 		var c driver.InFlight
 		var token int64
 		err := row.Scan(&c.Tenant, &c.Key, &c.Fingerprint.WithdrawalID, &c.Fingerprint.Amount, &c.Fingerprint.Currency,
-			&c.Fingerprint.Destination, &c.ClaimedAt, &token, &c.Abandoned)
+			&c.Fingerprint.Destination, &c.ClaimedAt, &token, &c.Abandoned, &c.Answered)
 		c.Token = driver.Token(token)
 		return c, err
 	})
@@ -49,7 +49,7 @@ func listSQL(table string, q driver.ListQuery) (string, []any) {
 	}
 	var b strings.Builder
 	b.WriteString(`SELECT tenant, request_key, withdrawal_id, amount, currency, destination, claimed_at, claim_id,
-	abandoned_at IS NOT NULL
+	abandoned_at IS NOT NULL, answered_at IS NOT NULL
 FROM ` + table + `
 WHERE outcome IS NULL`)
 	if !q.ClaimedBefore.IsZero() {

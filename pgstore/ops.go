@@ -127,16 +127,16 @@ func (s *Store[R]) insert(ctx context.Context, tenant, key string, fp driver.Fin
 // whether its record was pruned, both at the same moment.
 func (s *Store[R]) holder(ctx context.Context, q querier, tenant, key, withdrawalID string) (rec driver.Record[R], found bool, holder string, holderPruned bool, err error) {
 	var (
-		token                          *int64
-		id, amount, currency, dest, by *string
-		outcome                        []byte
-		pruned, abandoned, byPruned    bool
+		token                                 *int64
+		id, amount, currency, dest, by        *string
+		outcome, answer                       []byte
+		pruned, abandoned, answered, byPruned bool
 	)
-	if err := q.QueryRow(ctx, s.sql.holder, tenant, key, withdrawalID).Scan(&token, &id, &amount, &currency, &dest, &outcome, &pruned, &abandoned, &by, &byPruned); err != nil {
+	if err := q.QueryRow(ctx, s.sql.holder, tenant, key, withdrawalID).Scan(&token, &id, &amount, &currency, &dest, &outcome, &pruned, &abandoned, &answered, &answer, &by, &byPruned); err != nil {
 		return rec, false, "", false, s.translate(err)
 	}
 	if token != nil {
-		row := storedRow{token: *token, fp: driver.Fingerprint{WithdrawalID: *id, Amount: *amount, Currency: *currency, Destination: *dest}, outcome: outcome, pruned: pruned, abandoned: abandoned}
+		row := storedRow{token: *token, fp: driver.Fingerprint{WithdrawalID: *id, Amount: *amount, Currency: *currency, Destination: *dest}, outcome: outcome, pruned: pruned, abandoned: abandoned, answered: answered, answer: answer}
 		rec, err = s.record(key, row)
 		return rec, err == nil, "", false, err
 	}
@@ -167,6 +167,8 @@ type storedRow struct {
 	pruned  bool   // a tombstone: only the token and withdrawal id are kept
 	// abandoned: abandoned_at is set (which a settled row ignores)
 	abandoned bool
+	answered  bool   // answered_at is set (so is abandoned_at)
+	answer    []byte // the answer kept, encoded; nil for none
 }
 
 func (s *Store[R]) record(key string, row storedRow) (driver.Record[R], error) {
@@ -175,6 +177,15 @@ func (s *Store[R]) record(key string, row storedRow) (driver.Record[R], error) {
 			Token: driver.Token(row.token), Pruned: true}, nil
 	}
 	rec := driver.Record[R]{Fingerprint: row.fp, Done: row.outcome != nil, Token: driver.Token(row.token), Abandoned: row.abandoned && row.outcome == nil}
+	if rec.Abandoned && row.answered {
+		rec.Answered = true
+		if row.answer != nil {
+			rec.Answer = new(R)
+			if err := s.codec.Unmarshal(row.answer, rec.Answer); err != nil {
+				return driver.Record[R]{}, fmt.Errorf("pgstore: decode the answer kept for request key %s: %w", key, err)
+			}
+		}
+	}
 	if rec.Done {
 		if err := s.codec.Unmarshal(row.outcome, &rec.Outcome); err != nil {
 			return driver.Record[R]{}, fmt.Errorf("pgstore: decode the outcome of request key %s: %w", key, err)
@@ -228,10 +239,10 @@ func (s *Store[R]) settle(ctx context.Context, tenant, key string, token driver.
 }
 
 // Release implements driver.Store: one DELETE of tenant's row of key and
-// token while it has no outcome, which returns the deleted record, Abandoned
+// token while it has no outcome and no answer, which returns the deleted record, Abandoned
 // if it was; the claim on the withdrawal is the same row, so it goes with it. When it matches
-// nothing, a read tells why: the claim is done (its record, released false)
-// or gone (the zero Record).
+// nothing, a read tells why: the claim is done or answered (its record,
+// released false) or gone (the zero Record).
 func (s *Store[R]) Release(ctx context.Context, tenant, key string, token driver.Token) (driver.Record[R], bool, error) {
 	release := func(q querier) (driver.Record[R], bool, error) {
 		rec := driver.Record[R]{Token: token}
@@ -273,6 +284,23 @@ func (s *Store[R]) Release(ctx context.Context, tenant, key string, token driver
 // pays for it.
 func (s *Store[R]) Abandon(ctx context.Context, tenant, key string, token driver.Token) error {
 	if _, err := s.pool.Exec(ctx, s.sql.abandon, tenant, key, int64(token)); err != nil {
+		return s.translate(err)
+	}
+	return nil
+}
+
+// AbandonAnswered implements driver.Answerer: Abandon that also sets
+// answered_at, and keeps answer encoded as an outcome is (none when answer
+// is nil, or the codec cannot encode it), in one UPDATE.
+func (s *Store[R]) AbandonAnswered(ctx context.Context, tenant, key string, token driver.Token, answer *R) error {
+	var encoded []byte
+	if answer != nil {
+		func() {
+			defer func() { _ = recover() }()    // a codec that panics: the answer is marked, not kept
+			encoded, _ = s.encode(key, *answer) // an answer the codec refuses is marked, not kept
+		}()
+	}
+	if _, err := s.pool.Exec(ctx, s.sql.answered, tenant, key, int64(token), encoded); err != nil {
 		return s.translate(err)
 	}
 	return nil

@@ -71,12 +71,14 @@ func TestACodecThatPanicsLeavesNoConnectionTaken(t *testing.T) {
 	assert.True(t, rec.Abandoned, "the claim whose Settle panicked is abandoned")
 	_, err = ledger.Submit(ctx, "req-2", x, nil)
 	require.ErrorIs(t, err, submissions.ErrSubmissionInFlight, "the key stays claimed")
-	require.NoError(t, ledger.Release(ctx, "req-2"), "Release once the send has ended")
-	out, err := ledger.Submit(ctx, "req-2", x, func(_ context.Context, x touchy) (touchy, error) {
-		x.State, x.TxHash = "sent", "0xtx"
-		return x, nil
-	})
-	require.NoError(t, err, "Submit again")
+	assert.True(t, rec.Answered, "the rail answered: the claim says so, without the answer it could not encode")
+	assert.Nil(t, rec.Answer)
+	require.ErrorIs(t, ledger.Release(ctx, "req-2"), submissions.ErrIdempotencyConflict, "an answered claim is never released")
+	found := x
+	found.State, found.TxHash = "sent", "0xtx"
+	require.NoError(t, ledger.Resolve(ctx, "req-2", found), "resolved with what the rail shows")
+	out, err := ledger.Submit(ctx, "req-2", x, nil)
+	require.NoError(t, err, "Submit again replays")
 	assert.Equal(t, "0xtx", out.TxHash)
 
 	reader, err := New[touchy](pool, WithTable(st.names.base), WithCodec(panicky{}))

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/admin"
 )
 
 // The test binary is also the child process of the multi-process tests: with
@@ -289,7 +290,12 @@ func TestProcessKilledInsideItsSend(t *testing.T) {
 		case "release": // the operator finds nothing on the rail
 			_, err := pool.Exec(bg, "DELETE FROM "+sends+" WHERE withdrawal_id = $1", id)
 			require.NoError(t, err)
-			require.NoError(t, ledger.Release(bg, key), "Release")
+			// The dead process's send is not known to have ended: Release
+			// refuses it, and the operator who has looked at the rail
+			// releases it with force.
+			require.ErrorIs(t, ledger.Release(bg, key), submissions.ErrSubmissionInFlight, "Release")
+			res := ledger.Admin().Release(bg, admin.Target{Key: key, Force: true})
+			require.Equal(t, admin.Changed, res.Decision, "forced Release: %s", res.Message)
 			_, err = ledger.Submit(bg, key, newW(id), send)
 			require.NoError(t, err, "Submit after Release")
 		}

@@ -38,8 +38,8 @@
 // and the others), on a database whose encoding is UTF8.
 //
 // A Store is a driver.Store, and a driver.Lister, driver.Waiter,
-// driver.Abandoner and driver.Pruner. It is neither a driver.Tracker nor a
-// driver.Replayer: the sends under way are a process's own, and each ledger
+// driver.Abandoner, driver.Answerer and driver.Pruner. It is neither a
+// driver.Tracker nor a driver.Replayer: the sends under way are a process's own, and each ledger
 // keeps the marks of its sends in its memory.
 package pgstore
 
@@ -83,11 +83,11 @@ type Store[R any] struct {
 
 // statements are the store's SQL, for its table.
 type statements struct {
-	insert, lookup, claimedBy, settle, release, abandon, holder, prune string
-	insertGroup, settleGroup                                           string // grouped claims' and settles'
-	insertTx, settleTx                                                 string // SubmitTx's, in its caller's transaction
-	channel, relock                                                    string // the wait listener's
-	lock, upToDate                                                     string // Migrate's
+	insert, lookup, claimedBy, settle, release, abandon, answered, holder, prune string
+	insertGroup, settleGroup                                                     string // grouped claims' and settles'
+	insertTx, settleTx                                                           string // SubmitTx's, in its caller's transaction
+	channel, relock                                                              string // the wait listener's
+	lock, upToDate                                                               string // Migrate's
 }
 
 // A Codec turns outcomes into bytes and back. Two outcomes are the same to
@@ -265,7 +265,7 @@ func (n names) ddl() string {
 // call takes the tenant as its first parameter and reads or writes only that
 // tenant's rows, through the unique constraints that both lead with it.
 func sqlFor(n names) statements {
-	const cols = "claim_id, withdrawal_id, amount, currency, destination, outcome, pruned_at IS NOT NULL, abandoned_at IS NOT NULL"
+	const cols = "claim_id, withdrawal_id, amount, currency, destination, outcome, pruned_at IS NOT NULL, abandoned_at IS NOT NULL, answered_at IS NOT NULL, answer"
 	const fpCols = "withdrawal_id, amount, currency, destination"
 	table := n.table
 	// A table's channel is named after its oid, however its name is spelled;
@@ -315,7 +315,7 @@ WHERE tenant = $1 AND request_key = $2 AND claim_id = $3 AND outcome IS NULL`,
 		// withdrawal's holder, read in one snapshot, so that the answer is
 		// true at one moment.
 		holder: `SELECT k.claim_id, k.withdrawal_id, k.amount, k.currency, k.destination, k.outcome, k.pruned_at IS NOT NULL,
-	k.abandoned_at IS NOT NULL, h.request_key, h.pruned_at IS NOT NULL
+	k.abandoned_at IS NOT NULL, k.answered_at IS NOT NULL, k.answer, h.request_key, h.pruned_at IS NOT NULL
 FROM (SELECT 1) AS one
 LEFT JOIN ` + table + ` k ON k.tenant = $1 AND k.request_key = $2
 LEFT JOIN ` + table + ` h ON h.tenant = $1 AND h.withdrawal_id = $3`,
@@ -331,7 +331,7 @@ FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[]) AS g(tenant, requ
 WHERE t.tenant = g.tenant AND t.request_key = g.request_key AND t.claim_id = g.claim_id AND t.outcome IS NULL
 RETURNING t.tenant, t.request_key, t.` + strings.ReplaceAll(fpCols, ", ", ", t.") + `)
 SELECT tenant, request_key, ` + fpCols + `, ` + notifyOf("tenant", "request_key") + ` FROM settled`,
-		release: `WITH released AS (DELETE FROM ` + table + ` WHERE tenant = $1 AND request_key = $2 AND claim_id = $3 AND outcome IS NULL
+		release: `WITH released AS (DELETE FROM ` + table + ` WHERE tenant = $1 AND request_key = $2 AND claim_id = $3 AND outcome IS NULL AND answered_at IS NULL
 RETURNING ` + fpCols + `, abandoned_at IS NOT NULL AS abandoned)
 SELECT ` + fpCols + `, abandoned, ` + notify + ` FROM released`,
 		// Abandoning a claim in flight marks its row, and notifies its
@@ -340,6 +340,11 @@ SELECT ` + fpCols + `, abandoned, ` + notify + ` FROM released`,
 WHERE tenant = $1 AND request_key = $2 AND claim_id = $3 AND outcome IS NULL
 RETURNING 1)
 SELECT ` + notify + ` FROM abandoned`,
+		// So, with the answer that could not be recorded, kept.
+		answered: `WITH answered AS (UPDATE ` + table + ` SET abandoned_at = coalesce(abandoned_at, now()), answered_at = now(), answer = $4
+WHERE tenant = $1 AND request_key = $2 AND claim_id = $3 AND outcome IS NULL
+RETURNING 1)
+SELECT ` + notify + ` FROM answered`,
 		channel: `SELECT ` + channel,
 		// The listener locks the keys whose payloads are $1, and unlocks
 		// those of $2, on the server session whose pid it returns.
@@ -363,11 +368,11 @@ RETURNING tenant, request_key, withdrawal_id`,
 		// "public.submissions" take the same lock.
 		lock: `SELECT pg_advisory_xact_lock(hashtextextended(
 	'submissions/pgstore migrate ' || coalesce(nullif($1::text, ''), current_schema(), '') || '.' || $2::text, 0))`,
-		// The table has its claim_id, pruned_at and abandoned_at columns
+		// The table has its claim_id, pruned_at, abandoned_at, answered_at and answer columns
 		// and both indexes, and not the indexes they replace: there is
 		// nothing to do, and no DDL takes a lock on the table.
-		upToDate: `SELECT count(*) FILTER (WHERE NOT old) = 5 AND NOT coalesce(bool_or(old), false) FROM (
-	SELECT false AS old FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname IN ('claim_id', 'pruned_at', 'abandoned_at') AND NOT attisdropped
+		upToDate: `SELECT count(*) FILTER (WHERE NOT old) = 7 AND NOT coalesce(bool_or(old), false) FROM (
+	SELECT false AS old FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname IN ('claim_id', 'pruned_at', 'abandoned_at', 'answered_at', 'answer') AND NOT attisdropped
 	UNION ALL
 	SELECT i.relname IN ($4, $5) FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
 	WHERE x.indrelid = to_regclass($1) AND i.relname IN ($2, $3, $4, $5)

@@ -168,11 +168,12 @@ func TestTranslateLeavesOtherErrorsAlone(t *testing.T) {
 // A Store answers the driver's optional calls but the two a process answers
 // best alone.
 var (
-	_ driver.Store[w]  = (*Store[w])(nil)
-	_ driver.Lister    = (*Store[w])(nil)
-	_ driver.Waiter[w] = (*Store[w])(nil)
-	_ driver.Abandoner = (*Store[w])(nil)
-	_ driver.Pruner    = (*Store[w])(nil)
+	_ driver.Store[w]    = (*Store[w])(nil)
+	_ driver.Lister      = (*Store[w])(nil)
+	_ driver.Waiter[w]   = (*Store[w])(nil)
+	_ driver.Abandoner   = (*Store[w])(nil)
+	_ driver.Answerer[w] = (*Store[w])(nil)
+	_ driver.Pruner      = (*Store[w])(nil)
 )
 
 // TestNeitherATrackerNorAReplayer: the sends under way and the outcomes a

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/admin"
 	"github.com/idemledger/submissions/driver"
 )
 
@@ -126,7 +127,8 @@ func TestAnswerOfAReleasedClaimDoesNotLandOnTheNextClaim(t *testing.T) {
 		require.NoError(t, lerr)
 		require.True(t, ok)
 		before = rec
-		require.NoError(t, elsewhere.Release(ctx, "req-1"))
+		res := elsewhere.Admin().Release(ctx, admin.Target{Key: "req-1", Force: true}) // an operator elsewhere, who does not know of this send
+		require.Equal(t, admin.Changed, res.Decision, res.Message)
 		_, serr := elsewhere.Submit(ctx, "req-1", x, func(context.Context, w) (w, error) { return w{}, railDown })
 		require.ErrorIs(t, serr, submissions.ErrOutcomeUnknown)
 		return answer, nil
@@ -203,7 +205,8 @@ func TestMigrateUpgradesATableOfThePreviousSchema(t *testing.T) {
 	assert.Equal(t, "0xold", out.TxHash, "a done row replays")
 	_, err = ledger.Submit(bg, "req-1", newW("w-1"), nil)
 	require.ErrorIs(t, err, submissions.ErrSubmissionInFlight)
-	require.NoError(t, ledger.Release(bg, "req-1"))
+	require.ErrorIs(t, ledger.Release(bg, "req-1"), submissions.ErrSubmissionInFlight, "a claim no send is known to have ended")
+	require.Equal(t, admin.Changed, ledger.Admin().Release(bg, admin.Target{Key: "req-1", Force: true}).Decision)
 	out, err = ledger.Submit(bg, "req-1", newW("w-1"), func(_ context.Context, x w) (w, error) { return sent(x, "0xnew"), nil })
 	require.NoError(t, err)
 	assert.Equal(t, "0xnew", out.TxHash)

@@ -311,7 +311,7 @@ type querier interface {
 func (s *Store[R]) lookupOn(ctx context.Context, q querier, tenant, key string) (driver.Record[R], bool, error) {
 	var row storedRow
 	err := q.QueryRow(ctx, s.sql.lookup, tenant, key).
-		Scan(&row.token, &row.fp.WithdrawalID, &row.fp.Amount, &row.fp.Currency, &row.fp.Destination, &row.outcome, &row.pruned, &row.abandoned)
+		Scan(&row.token, &row.fp.WithdrawalID, &row.fp.Amount, &row.fp.Currency, &row.fp.Destination, &row.outcome, &row.pruned, &row.abandoned, &row.answered, &row.answer)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return driver.Record[R]{}, false, nil

@@ -82,3 +82,42 @@ func testAbandoner(t *testing.T, newStores Factory) {
 		requireRecord(t, b, "t1", "k-1", one)
 	})
 }
+
+func answer(t *testing.T, st store, tenant, key string, token driver.Token, a *Withdrawal) {
+	t.Helper()
+	require.NoError(t, st.(driver.Answerer[Withdrawal]).AbandonAnswered(bg, tenant, key, token, a), "AbandonAnswered(%q, %q, %d)", tenant, key, token)
+}
+
+func testAnswerer(t *testing.T, newStores Factory) {
+	t.Run("marks a claim in flight Abandoned and Answered, with the answer kept, and it is never released", func(t *testing.T) {
+		a, b := newStores(t)
+		w := withdrawal("w-1")
+		rec := claim(t, a, "", "k-1", w)
+		given := sent(w, "0x1")
+		answer(t, b, "", "k-1", rec.Token, &given)
+		rec.Abandoned, rec.Answered, rec.Answer = true, true, &given
+		requireRecord(t, a, "", "k-1", rec)
+		got, released := release(t, b, "", "k-1", rec.Token)
+		require.False(t, released, "Release of an answered claim")
+		require.Equal(t, rec, got, "Release of an answered claim returns its record")
+		requireHolder(t, a, "", "w-1", "k-1")
+		settled, ok := settle(t, b, "", "k-1", rec.Token, given)
+		require.True(t, ok, "an answered claim is settled as any other")
+		require.Equal(t, done(w, given, rec.Token), settled)
+	})
+	t.Run("an answer not kept marks it Answered all the same; a claim done or gone changes nothing", func(t *testing.T) {
+		a, b := newStores(t)
+		w := withdrawal("w-1")
+		rec := claim(t, a, "", "k-1", w)
+		answer(t, a, "", "k-1", rec.Token, nil)
+		rec.Abandoned, rec.Answered = true, true
+		requireRecord(t, b, "", "k-1", rec)
+		v := withdrawal("w-2")
+		fin := claimDone(t, a, "", "k-done", v, sent(v, "0x2"))
+		given := sent(v, "0x3")
+		answer(t, b, "", "k-done", fin.Token, &given)
+		answer(t, b, "", "k-unknown", 1, &given)
+		requireRecord(t, a, "", "k-done", fin)
+		requireNoRecord(t, a, "", "k-unknown")
+	})
+}

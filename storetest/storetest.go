@@ -75,6 +75,7 @@ func Run(t *testing.T, newStores Factory) {
 		{"Lister", isLister, testLister},
 		{"Waiter", isWaiter, testWaiter},
 		{"Abandoner", isAbandoner, testAbandoner},
+		{"Answerer", isAnswerer, testAnswerer},
 		{"Pruner", isPruner, testPruner},
 		{"Tracker", isTracker, testTracker},
 		{"Replayer", isReplayer, testReplayer},
@@ -94,6 +95,7 @@ func Run(t *testing.T, newStores Factory) {
 func isLister(st store) bool    { _, ok := st.(driver.Lister); return ok }
 func isWaiter(st store) bool    { _, ok := st.(driver.Waiter[Withdrawal]); return ok }
 func isAbandoner(st store) bool { _, ok := st.(driver.Abandoner); return ok }
+func isAnswerer(st store) bool  { _, ok := st.(driver.Answerer[Withdrawal]); return ok }
 func isPruner(st store) bool    { _, ok := st.(driver.Pruner); return ok }
 func isTracker(st store) bool   { _, ok := st.(driver.Tracker[Withdrawal]); return ok }
 func isReplayer(st store) bool  { _, ok := st.(driver.Replayer[Withdrawal]); return ok }

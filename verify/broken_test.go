@@ -36,15 +36,16 @@ var brokenRun = linConfig{histories: 2000, clients: 6, ops: 12, groups: 2}
 type broken interface {
 	driver.Store[W]
 	driver.Abandoner
+	driver.Answerer[W]
 }
 
 // guarded returns n ledgers on st, as n instances of a service, each with
 // marks of its own, and with the faults of the Settle kinds of Send. A
 // ledger waits with st's WaitClaim when st is a Waiter.
 func guarded(st broken, n int) []lane {
-	var store driver.Store[W] = opaque{faultyStore{st}, st}
+	var store driver.Store[W] = opaque{faultyStore{st}, st, st}
 	if w, ok := st.(driver.Waiter[W]); ok {
-		store = waitingOpaque{opaque{faultyStore{st}, st}, w}
+		store = waitingOpaque{opaque{faultyStore{st}, st, st}, w}
 	}
 	lanes := make([]lane, n)
 	for i := range lanes {
@@ -148,6 +149,10 @@ func newPerKeyClaims() *perKeyClaims {
 
 func (s *perKeyClaims) Abandon(ctx context.Context, tenant, key string, token driver.Token) error {
 	return s.st.Abandon(ctx, tenant, key, token)
+}
+
+func (s *perKeyClaims) AbandonAnswered(ctx context.Context, tenant, key string, token driver.Token, answer *W) error {
+	return s.st.AbandonAnswered(ctx, tenant, key, token, answer)
 }
 
 // unscoped returns rec with its withdrawal id as the ledger gave it.
@@ -285,6 +290,12 @@ func (s *overwriting) Abandon(ctx context.Context, tenant, key string, token dri
 	return s.st.Abandon(ctx, tenant, key, token)
 }
 
+func (s *overwriting) AbandonAnswered(ctx context.Context, tenant, key string, token driver.Token, answer *W) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st.AbandonAnswered(ctx, tenant, key, token, answer)
+}
+
 // latest returns rec, key's record, with the outcome last written over it.
 // The caller holds s.mu.
 func (s *overwriting) latest(tenant, key string, rec driver.Record[W]) driver.Record[W] {
@@ -362,6 +373,10 @@ func (s tenantBlind) Lookup(ctx context.Context, _, key string) (driver.Record[W
 
 func (s tenantBlind) Abandon(ctx context.Context, _, key string, token driver.Token) error {
 	return s.st.Abandon(ctx, "", key, token)
+}
+
+func (s tenantBlind) AbandonAnswered(ctx context.Context, _, key string, token driver.Token, answer *W) error {
+	return s.st.AbandonAnswered(ctx, "", key, token, answer)
 }
 
 func (s tenantBlind) ClaimedBy(ctx context.Context, _, withdrawalID string) (string, bool, error) {

@@ -107,6 +107,7 @@ func (s faultyStore) Settle(ctx context.Context, tenant, key string, token drive
 type opaque struct {
 	faultyStore
 	driver.Abandoner
+	driver.Answerer[W]
 }
 
 // memory is every ability of the memory store.

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/admin"
 	"github.com/idemledger/submissions/driver"
 )
 
@@ -70,7 +71,7 @@ func memoryLanes() []lane {
 	return []lane{
 		{submissions.NewWithStore[W](native, quiet), 0},
 		{submissions.NewWithStore[W](native, quiet), 0}, // shares the store's marks
-		{submissions.NewWithStore[W](opaque{faultyStore{st}, st.(driver.Abandoner)}, quiet), 1},
+		{submissions.NewWithStore[W](opaque{faultyStore{st}, st.(driver.Abandoner), st.(driver.Answerer[W])}, quiet), 1},
 	}
 }
 
@@ -153,7 +154,15 @@ func single(s *submissions.Submissions[W], op Op) (res Result, err error) {
 	case Resolve:
 		err = s.Resolve(bg, op.Key, op.W)
 	case Release:
-		err = s.Release(bg, op.Key)
+		if op.Force { // on whatever claim the key has, as the model's Release: decided again if it changed meanwhile
+			r := s.Admin().Release(bg, admin.Target{Tenant: op.Tenant, Key: op.Key, Force: true})
+			for r.Rule == admin.RuleClaimChanged {
+				r = s.Admin().Release(bg, admin.Target{Tenant: op.Tenant, Key: op.Key, Force: true})
+			}
+			err = r.Err
+		} else {
+			err = s.Release(bg, op.Key)
+		}
 	case Outcome:
 		res.Outcome, res.OK, err = s.Outcome(bg, op.Key)
 	case ClaimedBy:
@@ -633,7 +642,7 @@ func whileSending(lanes []lane) []sequence {
 		seqs = append(seqs, sequence{fmt.Sprintf("ResolvedElsewhere@%d", sender),
 			submit(sender, SendOK, slices.Concat(waits(), []step{resolve}, waits())...), len(lanes)})
 		if other >= 0 {
-			release := step{op: Op{Kind: Release, Key: "k1"}, lane: other}
+			release := step{op: Op{Kind: Release, Key: "k1", Force: true}, lane: other} // an operator who has looked at the rail
 			seqs = append(seqs, sequence{fmt.Sprintf("ReleasedElsewhere@%d", sender),
 				submit(sender, SendOK, slices.Concat(waits(), []step{release}, waits())...), len(lanes)})
 		}

@@ -304,6 +304,7 @@ func drawCall(rng *rand.Rand, c linConfig, name string, lanes int) call {
 		}
 	case r < 82:
 		op.Kind = Release
+		op.Force = rng.IntN(2) == 0
 	case r < 91:
 		op.Kind = Outcome
 	default:

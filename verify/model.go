@@ -93,6 +93,11 @@ type Op struct {
 	Key    string // Submit, Resolve, Release, Outcome, Claim, Settle, Wait
 	W      W      // Submit, Claim, Settle: the request; Resolve: the outcome; ClaimedBy: W.ID
 	Send   Send   // Submit, Settle
+	// Force makes a Release the operator's, with force (admin.Target.Force):
+	// a claim that no send is known to have ended is released, unless the
+	// op's own ledger is sending it. Without it, a Release refuses a claim
+	// that any ledger is sending.
+	Force bool
 
 	// Ledger names the ledger an operation runs on, as far as its marks go:
 	// a ledger refuses to release a key while it is sending the key's
@@ -184,6 +189,9 @@ type entry struct {
 	done    bool
 	pruned  bool // a tombstone: done, its fingerprint (but its id) and outcome dropped
 	claim   int  // the Submit's claim that made the record (Op.ClaimID); resolved for a Resolve
+	// answered: in flight, and a send of it got an answer that was not
+	// recorded: money moved, so it is never released
+	answered bool
 }
 
 // resolved is the claim of a record that a Resolve made: no Submit's.
@@ -355,8 +363,10 @@ func (m *Model) settle(op Op) Result {
 	var answer W
 	switch op.Send {
 	case SettleFails:
+		m.answer(op)
 		return Result{Err: NotRecorded, Outcome: Sent(op.W, op.Key)}
 	case SettlePanics:
+		m.answer(op)
 		return Result{Err: StorePanicked}
 	case SettleFailsAfter, SettlePanicsAfter:
 		recorded := op
@@ -381,9 +391,10 @@ func (m *Model) settle(op Op) Result {
 	case SendPanic:
 		return Result{Err: SendPanicked}
 	case SendWrong:
+		m.answer(op)
 		return Result{Err: NotRecorded, Outcome: Wrong(op.W)}
-	case SendLate:
-		return Result{Err: NotRecorded, Outcome: Sent(op.W, op.Key)}
+	case SendLate: // an answer after the caller's ctx ended is recorded all the same
+		answer = Sent(op.W, op.Key)
 	}
 	r, ok := m.records[keyOf(op)]
 	switch {
@@ -398,6 +409,14 @@ func (m *Model) settle(op Op) Result {
 		return Result{Err: NotRecorded, Outcome: answer}
 	}
 	return Result{Outcome: answer}
+}
+
+// answer marks op's claim answered, if it is still the send's and in flight.
+func (m *Model) answer(op Op) {
+	if r, ok := m.records[keyOf(op)]; ok && r.claim == op.ClaimID && !r.done {
+		r.answered = true
+		m.records[keyOf(op)] = r
+	}
 }
 
 func (m *Model) resolve(op Op) Result {
@@ -431,8 +450,13 @@ func (m *Model) Blocks(op Op) bool {
 	if op.Kind != Wait || !ValidTenant(op.Tenant) || !ok || r.done {
 		return false
 	}
+	return m.sending(r.claim)
+}
+
+// sending reports whether a ledger is sending claim.
+func (m *Model) sending(claim int) bool {
 	for mk := range m.marks {
-		if mk.claim == r.claim {
+		if mk.claim == claim {
 			return true
 		}
 	}
@@ -463,10 +487,12 @@ func (m *Model) release(op Op) Result { // rule 14
 		return Result{}
 	case r.pruned:
 		return Result{Err: Pruned}
-	case r.done:
+	case r.done, r.answered: // an answered claim is never released, force or not
 		return Result{Err: Idempotency}
 	case m.marks[mark{op.Ledger, r.claim}]:
 		return Result{Err: InFlight} // this ledger is sending the key's claim
+	case !op.Force && m.sending(r.claim):
+		return Result{Err: InFlight} // a ledger is sending the key's claim: no send of it is known to have ended
 	}
 	delete(m.records, keyOf(op))
 	delete(m.claims, name{op.Tenant, r.fp.ID})

@@ -68,7 +68,6 @@ func TestModelSubmit(t *testing.T) {
 		SendBoth:     {Err: OutcomeUnknown},
 		SendPanic:    {Err: SendPanicked},
 		SendWrong:    {Err: NotRecorded, Outcome: Wrong(w1)},
-		SendLate:     {Err: NotRecorded, Outcome: Sent(w1, "k1")},
 		SettleFails:  {Err: NotRecorded, Outcome: Sent(w1, "k1")},
 		SettlePanics: {Err: StorePanicked},
 	} {
@@ -82,6 +81,15 @@ func TestModelSubmit(t *testing.T) {
 			assert.Equal(t, []Result{want, {Err: InFlight}, {}, {Err: Conflict, Holder: "k1"}}, got)
 		})
 	}
+	t.Run("a rail that answers after the caller's ctx ended has its answer recorded", func(t *testing.T) {
+		var m Model
+		got := applyAll(&m,
+			Op{Kind: Submit, Key: "k1", W: w1, Send: SendLate},
+			Op{Kind: Submit, Key: "k1", W: w1},
+			Op{Kind: Release, Key: "k1", Force: true},
+			Op{Kind: Submit, Key: "k2", W: w1})
+		assert.Equal(t, []Result{{Outcome: Sent(w1, "k1")}, {Outcome: Sent(w1, "k1")}, {Err: Idempotency}, {Err: Conflict, Holder: "k1"}}, got)
+	})
 	for send, want := range map[Send]Result{
 		SettleFailsAfter:  {Err: NotRecorded, Outcome: Sent(w1, "k1")},
 		SettlePanicsAfter: {Err: StorePanicked},
@@ -113,7 +121,7 @@ func TestModelClaims(t *testing.T) {
 		var m Model
 		got := applyAll(&m,
 			claim("k1", w1, 0, 1),
-			Op{Kind: Release, Key: "k1", Ledger: 1},
+			Op{Kind: Release, Key: "k1", Ledger: 1, Force: true},
 			claim("k1", w1b, 1, 2),
 			settle("k1", w1, 0, 1),
 			Op{Kind: Outcome, Key: "k1"},
@@ -127,7 +135,7 @@ func TestModelClaims(t *testing.T) {
 	})
 	t.Run("an answer after a release is not recorded", func(t *testing.T) {
 		var m Model
-		got := applyAll(&m, claim("k1", w1, 0, 1), Op{Kind: Release, Key: "k1", Ledger: 1}, settle("k1", w1, 0, 1), Op{Kind: ClaimedBy, W: w1})
+		got := applyAll(&m, claim("k1", w1, 0, 1), Op{Kind: Release, Key: "k1", Ledger: 1, Force: true}, settle("k1", w1, 0, 1), Op{Kind: ClaimedBy, W: w1})
 		assert.Equal(t, []Result{{Claimed: true}, {}, {Err: NotRecorded, Outcome: Sent(w1, "k1")}, {}}, got)
 	})
 	t.Run("an answer after a Resolve is accepted only if it is the same outcome", func(t *testing.T) {
@@ -146,10 +154,10 @@ func TestModelClaims(t *testing.T) {
 		var m Model
 		got := applyAll(&m,
 			claim("k1", w1, 0, 1),
-			Op{Kind: Release, Key: "k1", Ledger: 0},
+			Op{Kind: Release, Key: "k1", Ledger: 0, Force: true},
 			settle("k1", w1, 0, 1),
 			claim("k2", w2, 0, 2),
-			Op{Kind: Release, Key: "k2", Ledger: 1}, // another ledger's marks
+			Op{Kind: Release, Key: "k2", Ledger: 1, Force: true}, // another ledger's marks
 			settle("k2", w2, 0, 2))
 		assert.Equal(t, []Result{
 			{Claimed: true}, {Err: InFlight}, {Outcome: Sent(w1, "k1")},
@@ -160,10 +168,10 @@ func TestModelClaims(t *testing.T) {
 		var m Model
 		got := applyAll(&m,
 			claim("k1", w1, 0, 1),
-			Op{Kind: Release, Key: "k1", Ledger: 1},
+			Op{Kind: Release, Key: "k1", Ledger: 1, Force: true},
 			claim("k1", w1, 1, 2),
-			Op{Kind: Release, Key: "k1", Ledger: 0}, // still sends claim 1, not claim 2
-			Op{Kind: Release, Key: "k1", Ledger: 1}) // nothing to release
+			Op{Kind: Release, Key: "k1", Ledger: 0, Force: true}, // still sends claim 1, not claim 2
+			Op{Kind: Release, Key: "k1", Ledger: 1, Force: true}) // nothing to release
 		assert.Equal(t, []Result{{Claimed: true}, {}, {Claimed: true}, {}, {}}, got)
 	})
 	t.Run("a store that fails as it records an answer records it only on its own claim", func(t *testing.T) {
@@ -176,7 +184,7 @@ func TestModelClaims(t *testing.T) {
 			s1.Send, s2.Send = send, send
 			got := applyAll(&m,
 				claim("k1", w1, 0, 1), Op{Kind: Resolve, Key: "k1", W: w1}, s1,
-				claim("k2", w2, 0, 2), Op{Kind: Release, Key: "k2", Ledger: 1}, s2,
+				claim("k2", w2, 0, 2), Op{Kind: Release, Key: "k2", Ledger: 1, Force: true}, s2,
 				Op{Kind: Outcome, Key: "k1"}, Op{Kind: Outcome, Key: "k2"}, Op{Kind: ClaimedBy, W: w2})
 			assert.Equal(t, []Result{
 				{Claimed: true}, {}, failed(w1, "k1"),
@@ -202,7 +210,7 @@ func TestModelClaims(t *testing.T) {
 		}
 		got := applyAll(&m,
 			claim("k1", w1, 0, 1), notSent("k1", w1, 0, 1), Op{Kind: ClaimedBy, W: w1}, Op{Kind: Wait, Key: "k1"},
-			claim("k1", w1, 0, 2), Op{Kind: Release, Key: "k1", Ledger: 1}, claim("k2", w1, 1, 3), notSent("k1", w1, 0, 2), Op{Kind: ClaimedBy, W: w1},
+			claim("k1", w1, 0, 2), Op{Kind: Release, Key: "k1", Ledger: 1, Force: true}, claim("k2", w1, 1, 3), notSent("k1", w1, 0, 2), Op{Kind: ClaimedBy, W: w1},
 			claim("k3", w2, 0, 4), Op{Kind: Resolve, Key: "k3", W: w2}, notSent("k3", w2, 0, 4), Op{Kind: Outcome, Key: "k3"})
 		assert.Equal(t, []Result{
 			{Claimed: true}, {Err: NotSent}, {}, {Err: UnknownKey},
@@ -274,7 +282,7 @@ func TestModelStep(t *testing.T) {
 	}{
 		{"of another withdrawal", Op{Kind: Resolve, Key: "k1", W: w1d}, Result{Err: InFlight}},
 		{"of an unknown key", Op{Kind: Resolve, Key: "k2", W: w2}, Result{Err: InFlight}},
-		{"by a Release", Op{Kind: Release, Key: "k1", Ledger: 1}, Result{Err: InFlight}},
+		{"by a Release", Op{Kind: Release, Key: "k1", Ledger: 1, Force: true}, Result{Err: InFlight}},
 		{"of a wrong answer", Op{Kind: Submit, Key: "k2", W: w2}, Result{Outcome: w2}},
 	} {
 		ok, _ := m.Step(tc.op, tc.got)
@@ -424,7 +432,7 @@ func TestModelWait(t *testing.T) {
 		assert.Equal(t, Result{Outcome: W{ID: "w3", Amount: "1", Currency: "EUR", Dest: "d1", TxHash: "tx-a"}},
 			m.Apply(Op{Kind: Wait, Key: "k3"}), "resolved after its send failed")
 	})
-	for _, send := range []Send{SendFail, SendPanic, SendWrong, SendLate, SendBoth, SettleFails, SettlePanics} {
+	for _, send := range []Send{SendFail, SendPanic, SendWrong, SendBoth, SettleFails, SettlePanics} {
 		t.Run("a key whose send ended without an answer: "+sendNames[send], func(t *testing.T) {
 			var m Model
 			m.Apply(Op{Kind: Submit, Key: "k1", W: w1, Send: send})
@@ -480,7 +488,7 @@ func TestModelWait(t *testing.T) {
 		applyAll(&m, Op{Kind: Claim, Key: "k1", W: w1, ClaimID: 1}, Op{Kind: Claim, Key: "k2", W: w2, ClaimID: 2})
 		require.True(t, m.Blocks(Op{Kind: Wait, Key: "k1"}))
 		require.True(t, m.Blocks(Op{Kind: Wait, Key: "k2"}))
-		applyAll(&m, Op{Kind: Resolve, Key: "k1", W: Sent(w1, "x"), Ledger: 1}, Op{Kind: Release, Key: "k2", Ledger: 1})
+		applyAll(&m, Op{Kind: Resolve, Key: "k1", W: Sent(w1, "x"), Ledger: 1}, Op{Kind: Release, Key: "k2", Ledger: 1, Force: true})
 		assert.False(t, m.Blocks(Op{Kind: Wait, Key: "k1"}))
 		assert.False(t, m.Blocks(Op{Kind: Wait, Key: "k2"}))
 		assert.Equal(t, Result{Outcome: Sent(w1, "x")}, m.Apply(Op{Kind: Wait, Key: "k1"}), "the resolved outcome, while its send runs")

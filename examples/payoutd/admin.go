@@ -26,13 +26,14 @@ type claimView struct {
 	Token        uint64     `json:"token"`
 	Sending      bool       `json:"sending"`        // this process is running its send
 	Abandoned    bool       `json:"abandoned"`      // its send ended without a recorded answer
+	Answered     bool       `json:"answered"`       // that send got an answer that was not recorded: money moved
 	Send         string     `json:"send,omitempty"` // in flight: admin.Claim.Send, "running", "ended without a recorded answer" or "not known to have ended"
 }
 
 func viewOf(c admin.Claim) claimView {
 	fp := c.Fingerprint
 	v := claimView{Tenant: c.Tenant, Key: c.Key, WithdrawalID: fp.WithdrawalID, Amount: fp.Amount, Currency: fp.Currency,
-		Destination: fp.Destination, Token: uint64(c.Token), Sending: c.Sending, Abandoned: c.Abandoned, Send: c.Send()}
+		Destination: fp.Destination, Token: uint64(c.Token), Sending: c.Sending, Abandoned: c.Abandoned, Answered: c.Answered, Send: c.Send()}
 	if !c.ClaimedAt.IsZero() {
 		at := c.ClaimedAt
 		v.ClaimedAt = &at
@@ -201,21 +202,24 @@ var ruleStatus = map[admin.Rule]struct {
 	status int
 	title  string
 }{
-	admin.RuleInvalidTenant:   {http.StatusBadRequest, "Invalid tenant"},
-	admin.RuleInvalidKey:      {http.StatusBadRequest, "Invalid request key"},
-	admin.RuleInvalidOutcome:  {http.StatusUnprocessableEntity, "Invalid outcome"},
-	admin.RuleUnknownKey:      {http.StatusNotFound, "Unknown request key"},
-	admin.RuleTokenDiffers:    {http.StatusConflict, "Another claim token"},
-	admin.RulePruned:          {http.StatusGone, "Request key pruned"},
-	admin.RuleOtherWithdrawal: {http.StatusConflict, "Outcome of another withdrawal"},
-	admin.RuleFieldDiffers:    {http.StatusConflict, "Outcome differs from the claim"},
-	admin.RuleAnotherOutcome:  {http.StatusConflict, "Another outcome recorded"},
-	admin.RuleHasOutcome:      {http.StatusConflict, "Request key has an outcome"},
-	admin.RuleSendRunning:     {http.StatusConflict, "Send running"},
-	admin.RuleSendMayRun:      {http.StatusConflict, "Send not known to have ended"},
-	admin.RuleClaimChanged:    {http.StatusConflict, "Claim changed"},
-	admin.RuleStoreFailed:     {http.StatusServiceUnavailable, "Store unavailable"},
-	admin.RuleContextEnded:    {http.StatusServiceUnavailable, "Request ended"},
+	admin.RuleInvalidTenant:     {http.StatusBadRequest, "Invalid tenant"},
+	admin.RuleInvalidKey:        {http.StatusBadRequest, "Invalid request key"},
+	admin.RuleInvalidOutcome:    {http.StatusUnprocessableEntity, "Invalid outcome"},
+	admin.RuleUnknownKey:        {http.StatusNotFound, "Unknown request key"},
+	admin.RuleTokenDiffers:      {http.StatusConflict, "Another claim token"},
+	admin.RulePruned:            {http.StatusGone, "Request key pruned"},
+	admin.RuleOtherWithdrawal:   {http.StatusConflict, "Outcome of another withdrawal"},
+	admin.RuleFieldDiffers:      {http.StatusConflict, "Outcome differs from the claim"},
+	admin.RuleAnotherOutcome:    {http.StatusConflict, "Another outcome recorded"},
+	admin.RuleHasOutcome:        {http.StatusConflict, "Request key has an outcome"},
+	admin.RuleSendRunning:       {http.StatusConflict, "Send running"},
+	admin.RuleSendMayRun:        {http.StatusConflict, "Send not known to have ended"},
+	admin.RuleClaimChanged:      {http.StatusConflict, "Claim changed"},
+	admin.RuleAnswered:          {http.StatusConflict, "Send answered, answer not recorded"},
+	admin.RuleNoAnswer:          {http.StatusConflict, "No answer kept"},
+	admin.RuleWithdrawalClaimed: {http.StatusConflict, "Withdrawal claimed by another key"},
+	admin.RuleStoreFailed:       {http.StatusServiceUnavailable, "Store unavailable"},
+	admin.RuleContextEnded:      {http.StatusServiceUnavailable, "Request ended"},
 }
 
 // writeResult writes res: 200 with the result when the ledger is as asked,

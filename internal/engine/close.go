@@ -57,6 +57,7 @@ func (l *Ledger[R]) Resolve(ctx context.Context, tenant, key string, token drive
 		}
 		switch {
 		case settled:
+			l.closed(tenant, key, claim)
 			l.report(ctx, tenant, observe.EventResolved, key, fp.WithdrawalID, 0, nil)
 			return nil
 		case rec.Done:
@@ -88,6 +89,8 @@ func (l *Ledger[R]) Release(ctx context.Context, tenant, key string, token drive
 			return prunedKey(key)
 		case rec.Done:
 			return hasOutcome(key, "an outcome")
+		case rec.Answered:
+			return answeredKey(key)
 		}
 		claim = rec.Token
 	}
@@ -105,16 +108,27 @@ func (l *Ledger[R]) Release(ctx context.Context, tenant, key string, token drive
 	case err != nil:
 		return storeFailed("request key "+key, "release", err)
 	case released:
+		l.closed(tenant, key, claim)
 		l.report(ctx, tenant, observe.EventReleased, key, rec.Fingerprint.WithdrawalID, 0, nil)
 		return nil
 	case rec.Pruned:
 		return prunedKey(key)
 	case rec.Done:
 		return hasOutcome(key, "an outcome")
+	case rec.Answered:
+		return answeredKey(key)
 	case token != 0:
 		return claimChanged(key)
 	}
 	return nil // released meanwhile
+}
+
+// closed forgets what the ledger kept of the claim token of tenant's key,
+// now closed.
+func (l *Ledger[R]) closed(tenant, key string, token driver.Token) {
+	if t, ok := l.tracker.(*tracked[R]); ok {
+		t.forget(tenant, key, token)
+	}
 }
 
 // failed is the error of a call on what whose wait ended: ctx's error when

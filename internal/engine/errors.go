@@ -74,6 +74,12 @@ func hasOutcome(key, what string) error {
 	return fmt.Errorf("%w: request key %s has %s", driver.ErrIdempotencyConflict, key, what)
 }
 
+// answeredKey is the error of a release of a key in flight whose send got
+// an answer that was not recorded: money moved.
+func answeredKey(key string) error {
+	return fmt.Errorf("%w: request key %s has an answer of its send that was not recorded: %w", driver.ErrIdempotencyConflict, key, ErrAbandoned)
+}
+
 // prunedKey is the error of a request key whose record was pruned.
 func prunedKey(key string) error {
 	return fmt.Errorf("%w: request key %s was pruned", driver.ErrPruned, key)

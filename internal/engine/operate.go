@@ -43,6 +43,11 @@ func (l *Ledger[R]) List(ctx context.Context, q driver.ListQuery) ([]Listed, err
 		if err != nil {
 			return nil, l.failed(ctx, "", "list the claims in flight", err)
 		}
+		if t, here := l.tracker.(*tracked[R]); here && !c.Answered {
+			if how := t.endedHere(c.Tenant, c.Key, c.Token); how != nil { // as the Store would have it
+				c.Abandoned, c.Answered = true, how.answered
+			}
+		}
 		claims[i] = Listed{InFlight: c, Sending: sending != nil}
 	}
 	return claims, nil
@@ -65,9 +70,12 @@ func (l *Ledger[R]) Look(ctx context.Context, tenant, key string) (Looked[R], er
 	}
 	rec, ok, err := l.store.Lookup(ctx, tenant, key)
 	if err != nil {
-		return Looked[R]{Key: key}, l.failed(ctx, "request key "+key, "lookup", err)
+		return Looked[R]{Key: key}, storeFailed("request key "+key, "lookup", err)
 	}
 	found := Looked[R]{Key: key, Record: rec, Found: ok}
+	if ok && !rec.Done && !rec.Answered {
+		l.endedHere(tenant, key, &found.Record)
+	}
 	if ok && !rec.Done {
 		sending, err := l.tracker.Sending(ctx, tenant, key, rec.Token)
 		if err != nil {
@@ -76,6 +84,21 @@ func (l *Ledger[R]) Look(ctx context.Context, tenant, key string) (Looked[R], er
 		found.Sending = sending != nil
 	}
 	return found, nil
+}
+
+// endedHere adds to rec, a record in flight, what this ledger knows of how
+// its claim's send ended here, as the Store would have it.
+func (l *Ledger[R]) endedHere(tenant, key string, rec *driver.Record[R]) {
+	t, ok := l.tracker.(*tracked[R])
+	if !ok {
+		return
+	}
+	if how := t.endedHere(tenant, key, rec.Token); how != nil {
+		rec.Abandoned = true
+		if how.answered {
+			rec.Answered, rec.Answer = true, how.answer
+		}
+	}
 }
 
 // Fingerprint returns outcome's fingerprint in canonical form, or the error

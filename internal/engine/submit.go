@@ -89,13 +89,22 @@ func (l *Ledger[R]) sendAndRecord(ctx context.Context, tenant, key string, snd d
 	if err != nil {
 		return *new(R), c.unanswered(err)
 	}
-	// An answer: it is recorded only if it is for the request's withdrawal,
-	// came while the caller still waited, and every store gives it back as
-	// it is (see exactly).
-	var why error
-	c.step("the answer's Fingerprint panicked", func() { why = c.refusal(out, given) })
+	// An answer: it is recorded if it is for the request's withdrawal and
+	// every store gives it back as it is (see exactly), even when the
+	// caller's ctx has ended meanwhile (see record).
+	// From here on, a send that ends without recording the answer is
+	// abandoned as answered: money moved.
+	c.answered = true
+	var (
+		why  error
+		keep bool
+	)
+	c.step("the answer's Fingerprint panicked", func() { why, keep = c.refusal(out, given) })
+	if keep {
+		c.answer, c.keep = out, true // kept with the claim, for an operator to resolve it with
+	}
 	if why != nil {
-		l.abandon(ctx, snd)
+		c.abandon()
 	} else {
 		c.step("the store panicked while recording the answer", func() { why = c.record(out) })
 	}
@@ -118,6 +127,9 @@ type sendCall[R driver.Fingerprinter] struct {
 	token       driver.Token       // the claim's
 	fp          driver.Fingerprint // canonical
 	start       time.Time          // when send started, timed for an observer only
+	answered    bool               // send answered: a send ended without recording it is abandoned as answered
+	answer      R                  // the answer, when keep
+	keep        bool               // a store can keep answer as it is
 }
 
 // step runs one step of the send; if it does not return, the claim's send
@@ -127,12 +139,27 @@ func (c *sendCall[R]) step(under string, run func()) {
 	returned := false
 	defer func() {
 		if !returned {
-			c.l.abandon(c.ctx, c.snd)
+			c.abandon()
 			c.report(observe.EventOutcomeUnknown, fmt.Errorf("%w: request key %s: %s", ErrOutcomeUnknown, c.key, under))
 		}
 	}()
 	run()
 	returned = true
+}
+
+// abandon ends the send without a recorded outcome: as answered, with the
+// answer when kept, once send has answered.
+func (c *sendCall[R]) abandon() {
+	if c.answered {
+		var kept *R
+		if c.keep {
+			answer := c.answer // only a send that ends so pays for the copy
+			kept = &answer
+		}
+		c.l.abandonAnswered(c.ctx, c.snd, kept)
+		return
+	}
+	c.l.abandon(c.ctx, c.snd)
 }
 
 // report reports an event of the send: the time send took with those that
@@ -185,52 +212,79 @@ func (c *sendCall[R]) unanswered(err error) error {
 }
 
 // refusal says why out, send's answer, is not to be recorded, or returns
-// nil: an answer for another withdrawal than given's, one that came after
-// the caller stopped waiting, or one that a store would not give back as it
-// is.
-func (c *sendCall[R]) refusal(out R, given *driver.Fingerprint) error {
-	fields := 0
+// nil: an answer for another withdrawal than given's, or one that a store
+// would not give back as it is; and whether a store can keep it as it is.
+func (c *sendCall[R]) refusal(out R, given *driver.Fingerprint) (why error, keep bool) {
 	if got := out.Fingerprint(); got != *given { // an answer that repeats the request's fingerprint is its withdrawal
-		fields = Differing(&c.fp, &got)
+		if fields := Differing(&c.fp, &got); fields != 0 {
+			return fmt.Errorf("answer differs in %s", fieldNames(fields)), exactlyBy(&c.l.exact, &out) == nil
+		}
 	}
-	switch cerr := c.ctx.Err(); {
-	case fields != 0 && cerr != nil:
-		return fmt.Errorf("answer differs in %s, and the context ended: %w", fieldNames(fields), cerr)
-	case fields != 0:
-		return fmt.Errorf("answer differs in %s", fieldNames(fields))
-	case cerr != nil:
-		return fmt.Errorf("context ended while send ran: %w", cerr)
-	}
-	return exactlyBy(&c.l.exact, &out)
+	why = exactlyBy(&c.l.exact, &out)
+	return why, why == nil
 }
 
 // record settles the claim with out, and returns nil when out is the key's
-// outcome, or why it is not. A Settle that fails with driver.ErrUnavailable
-// is made again on the claim's token while ctx lasts (resettleFor without
-// a deadline): a primary that went away may come back, or another take its
-// place, and a Settle that did stand the first time finds the claim done
-// with out. A Settle that fails otherwise, or until ctx ends, or panics, may have
-// recorded out or not: the claim is abandoned, which marks it only if it is
-// still in flight.
+// outcome, or why it is not. The rail has answered, so a Settle is made
+// even when the caller's ctx has ended, before it or while it ran: within
+// endGrace past ctx's end (afterEnd). A Settle that fails with
+// driver.ErrUnavailable is made again on the claim's token while ctx lasts
+// (resettleFor without a deadline), and then within the same grace: a
+// primary that went away may come back, or another take its place, and a
+// Settle that did stand the first time finds the claim done with out. A
+// Settle that fails otherwise, or until then, or panics, may have recorded
+// out or not: the claim is abandoned as answered, which marks it only if it
+// is still in flight.
 func (c *sendCall[R]) record(out R) error {
-	rec, settled, err := c.snd.Settle(c.ctx, out)
-	if errors.Is(err, driver.ErrUnavailable) {
-		ctx, cancel := c.ctx, context.CancelFunc(func() {})
-		if _, ok := ctx.Deadline(); !ok {
-			ctx, cancel = context.WithTimeout(ctx, resettleFor)
-		}
-		defer cancel()
-		for pause := resettlePause; errors.Is(err, driver.ErrUnavailable) && sleep(ctx, pause); pause = min(2*pause, resettlePauseMax) {
-			rec, settled, err = c.l.store.Settle(ctx, c.tenant, c.key, c.token, out)
-		}
+	ctx, cancel := c.ctx, context.CancelFunc(func() {})
+	defer func() { cancel() }()
+	graced, bounded := false, false // ctx is afterEnd's; ctx is bounded by resettleFor
+	if c.ctx.Err() != nil {
+		ctx, cancel, graced = afterEndOf(c.ctx)
 	}
-	if err == nil && settled {
+	rec, settled, err := c.snd.Settle(ctx, out)
+	for pause := resettlePause; err != nil; pause = min(2*pause, resettlePauseMax) {
+		switch {
+		case !graced && c.ctx.Err() != nil: // ctx ended before or while it ran: again, within the grace
+			cancel()
+			ctx, cancel, graced = afterEndOf(c.ctx)
+		case !errors.Is(err, driver.ErrUnavailable):
+			return c.unrecorded(&rec, err, out)
+		default:
+			if _, ok := c.ctx.Deadline(); !ok && !graced && !bounded {
+				var stop context.CancelFunc
+				ctx, stop = context.WithTimeout(c.ctx, resettleFor)
+				defer stop()
+				bounded = true
+			}
+			if !sleep(ctx, pause) {
+				if graced || c.ctx.Err() == nil { // the grace, or resettleFor, is over
+					return c.unrecorded(&rec, err, out)
+				}
+				continue // ctx ended: the grace next
+			}
+		}
+		rec, settled, err = c.l.store.Settle(ctx, c.tenant, c.key, c.token, out)
+	}
+	if settled {
 		return nil
 	}
+	return c.unrecorded(&rec, err, out)
+}
+
+// afterEndOf is afterEnd, and reports true.
+func afterEndOf(ctx context.Context) (context.Context, context.CancelFunc, bool) {
+	actx, cancel := afterEnd(ctx)
+	return actx, cancel, true
+}
+
+// unrecorded is record's answer for out, not recorded by a Settle that
+// returned rec and err: the claim is abandoned as answered after a failure.
+func (c *sendCall[R]) unrecorded(rec *driver.Record[R], err error, out R) error {
 	if err != nil {
-		c.l.abandon(c.ctx, c.snd)
+		c.abandon()
 	}
-	return unsettled(&rec, err, out) // nil when resolved meanwhile with the same outcome
+	return unsettled(rec, err, out) // nil when resolved meanwhile with the same outcome
 }
 
 // unsettled says why out, an answer that Settle did not record (its error
@@ -320,6 +374,15 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// abandonAnswered ends snd without an outcome, its claim marked as
+// answered, with answer kept when not nil, as abandon does.
+func (l *Ledger[R]) abandonAnswered(ctx context.Context, snd driver.Send[R], answer *R) {
+	defer func() { _ = recover() }() // contained: see abandon
+	actx, cancel := afterEnd(ctx)
+	defer cancel()
+	_ = snd.AbandonAnswered(actx, answer)
 }
 
 // abandon ends snd without an outcome. It is best effort: an error or a

@@ -20,6 +20,7 @@ type tracked[R any] struct {
 	mu       sync.Mutex                 // protects everything below, and every claiming
 	claiming map[keyRef][]*claiming     // keys in Store.Claim for a send, each claim of them
 	sending  map[claimRef]chan struct{} // claims being sent, each with the channel closed when its send ends, made by Sending
+	ended    map[claimRef]*ended[R]     // claims whose send ended here without a recorded answer, until closed here
 }
 
 // claiming is one Store.Claim of a key for a send, until it returns.
@@ -39,7 +40,8 @@ type claimRef struct {
 }
 
 func track[R any](st driver.Store[R]) *tracked[R] {
-	return &tracked[R]{store: st, claiming: make(map[keyRef][]*claiming), sending: make(map[claimRef]chan struct{})}
+	return &tracked[R]{store: st, claiming: make(map[keyRef][]*claiming), sending: make(map[claimRef]chan struct{}),
+		ended: make(map[claimRef]*ended[R])}
 }
 
 // ClaimSend implements driver.Tracker: Store.Claim, with the claim marked as
@@ -113,6 +115,13 @@ func (g *tracked[R]) Sending(ctx context.Context, tenant, key string, token driv
 	return ended, nil
 }
 
+// ended is how a send ended here without a recorded answer: with an
+// answer that was not recorded, or none.
+type ended[R any] struct {
+	answered bool
+	answer   *R // the answer, when kept
+}
+
 // trackedSend is a claim a tracked Store is sending.
 type trackedSend[R any] struct {
 	g         *tracked[R]
@@ -147,11 +156,55 @@ func (s *trackedSend[R]) Abandon(ctx context.Context) error {
 		return nil
 	}
 	s.abandoned = true
-	s.end()
+	s.endHere(&ended[R]{})
 	if a, ok := s.g.store.(driver.Abandoner); ok {
 		return a.Abandon(ctx, s.ref.tenant, s.ref.key, s.ref.token)
 	}
 	return nil
+}
+
+// AbandonAnswered implements driver.Send: Abandon, with the answer recorded
+// here, and in the Store when it is an Answerer (and otherwise as Abandon
+// records it there).
+func (s *trackedSend[R]) AbandonAnswered(ctx context.Context, answer *R) error {
+	if s.abandoned {
+		return nil
+	}
+	s.abandoned = true
+	s.endHere(&ended[R]{answered: true, answer: answer})
+	switch st := s.g.store.(type) {
+	case driver.Answerer[R]:
+		return st.AbandonAnswered(ctx, s.ref.tenant, s.ref.key, s.ref.token, answer)
+	case driver.Abandoner:
+		return st.Abandon(ctx, s.ref.tenant, s.ref.key, s.ref.token)
+	}
+	return nil
+}
+
+// endHere ends the send, and keeps how it ended.
+func (s *trackedSend[R]) endHere(how *ended[R]) {
+	s.end()
+	s.g.mu.Lock()
+	defer s.g.mu.Unlock()
+	s.g.ended[s.ref] = how
+}
+
+// endedHere returns how the send of the claim token ended in this ledger
+// without a recorded answer, or nil: what an Abandoner (or an Answerer)
+// records, known here even of a Store that is not one, or whose call
+// failed.
+func (g *tracked[R]) endedHere(tenant, key string, token driver.Token) *ended[R] {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.ended[claimRef{keyRef{tenant, key}, token}]
+}
+
+// forget drops the mark of a claim that endedHere reports, once it is
+// closed.
+func (g *tracked[R]) forget(tenant, key string, token driver.Token) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.ended, claimRef{keyRef{tenant, key}, token})
 }
 
 // end ends the send: the claim is no longer marked as being sent, and the

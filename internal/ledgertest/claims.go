@@ -140,7 +140,7 @@ func testAnswerDoesNotLandOnANewClaimOfTheSameWithdrawal(t *testing.T, newStore 
 	f := setUp(t, newStore)
 	elsewhere := f.elsewhere()
 	out, err := f.s.Submit(bg, "req-1", f.w, func(ctx context.Context, req Withdrawal) (Withdrawal, error) {
-		require.NoError(t, elsewhere.Release(ctx, "req-1"), "Release on another instance")
+		forceRelease(t, elsewhere, "req-1")
 		_, err := elsewhere.Submit(ctx, "req-1", req, failing)
 		require.ErrorIs(t, err, submissions.ErrOutcomeUnknown, "the second claim's send")
 		return f.rail.send(ctx, req)
@@ -157,7 +157,7 @@ func testAnswerDoesNotLandOnAClaimOfAnotherWithdrawal(t *testing.T, newStore Fac
 	elsewhere := f.elsewhere()
 	w2 := newWithdrawal("w-2")
 	out, err := f.s.Submit(bg, "req-1", f.w, func(ctx context.Context, req Withdrawal) (Withdrawal, error) {
-		require.NoError(t, elsewhere.Release(ctx, "req-1"))
+		forceRelease(t, elsewhere, "req-1")
 		strand(t, elsewhere, "req-1", w2)
 		return f.rail.send(ctx, req)
 	})
@@ -171,7 +171,7 @@ func testAnswerAfterAReleaseIsNotRecorded(t *testing.T, newStore Factory) {
 	f := setUp(t, newStore)
 	elsewhere := f.elsewhere()
 	out, err := f.s.Submit(bg, "req-1", f.w, func(ctx context.Context, req Withdrawal) (Withdrawal, error) {
-		require.NoError(t, elsewhere.Release(ctx, "req-1"), "Release on another instance")
+		forceRelease(t, elsewhere, "req-1")
 		return f.rail.send(ctx, req)
 	})
 	require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/admin"
 )
 
 // Concurrency: every rule holds under any interleaving, shown with goroutines
@@ -269,9 +270,9 @@ func stressRound(t *testing.T, newStore Factory, seed uint64) (sends, ops int64)
 					}()
 				case op < 6:
 					expected("Resolve", s.Resolve(bg, key, sentTx(req, "0xresolved")),
-						submissions.ErrIdempotencyConflict, submissions.ErrSubmissionInFlight)
+						submissions.ErrIdempotencyConflict, submissions.ErrSubmissionInFlight, admin.ErrClaimChanged)
 				case op < 8:
-					expected("Release", s.Release(bg, key), submissions.ErrIdempotencyConflict, submissions.ErrSubmissionInFlight)
+					expected("Release", s.Release(bg, key), submissions.ErrIdempotencyConflict, submissions.ErrSubmissionInFlight, admin.ErrClaimChanged)
 				default:
 					checkOutcome(key)
 				}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/admin"
 	"github.com/idemledger/submissions/driver"
 )
 
@@ -120,9 +121,21 @@ func testAbandonFailureLeavesTheLedgerWhole(t *testing.T, newStore Factory) {
 			requireAbandoned("req-1", "req-2", "req-3", "req-4", "req-5")
 
 			requireKeptClaim(t, f.s, "req-1", f.w)
-			for i, key := range []string{"req-1", "req-2", "req-3", "req-4", "req-5"} {
+			for i, key := range []string{"req-1", "req-2"} { // no answer: released
 				require.NoError(t, f.s.Release(bg, key), "Release of %s", key)
-				requireHolder(t, f.s, []string{"w-1", "w-2", "w-3", "w-4", "w-5"}[i], "")
+				requireHolder(t, f.s, []string{"w-1", "w-2"}[i], "")
+			}
+			for i, key := range []string{"req-3", "req-4", "req-5"} { // answered: never released
+				requireRefusal(t, f.s.Release(bg, key), submissions.ErrIdempotencyConflict)
+				res := f.s.Admin().Release(bg, admin.Target{Key: key, Force: true})
+				require.Equal(t, admin.RuleAnswered, res.Rule, "forced Release of %s: %s", key, res.Message)
+				requireHolder(t, f.s, []string{"w-3", "w-4", "w-5"}[i], key)
+			}
+			for i, key := range []string{"req-4", "req-5"} { // their answers are kept: resolved in one step
+				res := f.s.Admin().ResolveWithAnswer(bg, admin.Target{Key: key})
+				require.Equal(t, admin.Changed, res.Decision, "%s: %s", key, res.Message)
+				w := newWithdrawal([]string{"w-4", "w-5"}[i])
+				requireOutcome(t, f.s, key, sentTx(w, "0xtx-"+w.ID), true)
 			}
 			requireAbandoned("req-1", "req-2", "req-3", "req-4", "req-5")
 		})
@@ -395,9 +408,15 @@ func testStorePanicLeavesTheLedgerWhole(t *testing.T, newStore Factory) {
 			// What the panic left in flight, nobody sends any more: an
 			// operator releases it (the Release of a key with an outcome
 			// is refused as ever).
-			if req1Done {
+			switch {
+			case req1Done:
 				requireRefusal(t, f.s.Release(bg, "req-1"), submissions.ErrIdempotencyConflict)
-			} else {
+			case call == "Settle": // the rail answered: resolved with its answer, never released
+				requireRefusal(t, f.s.Release(bg, "req-1"), submissions.ErrIdempotencyConflict)
+				res := f.s.Admin().ResolveWithAnswer(bg, admin.Target{Key: "req-1"})
+				require.Equal(t, admin.Changed, res.Decision, res.Message)
+				requireOutcome(t, f.s, "req-1", sentTx(f.w, "0xtx-w-1"), true)
+			default:
 				require.NoError(t, f.s.Release(bg, "req-1"), "Release of the key whose Submit panicked")
 				requireHolder(t, f.s, "w-1", "")
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/admin"
 	"github.com/idemledger/submissions/storetest"
 )
 
@@ -190,4 +191,13 @@ func (l *logs) requireAnswerLogged(t *testing.T, level slog.Level, key, id, tx s
 func (l *logs) requireWarned(t *testing.T, key, id string) {
 	t.Helper()
 	require.Len(t, l.at(slog.LevelWarn, key, id), 1, "Warn entries naming %s and %s", key, id)
+}
+
+// forceRelease releases key through s's Admin with force, as an operator
+// who has looked at the rail does for a claim whose send is not known to
+// have ended, and stops t unless it changed the ledger.
+func forceRelease(t *testing.T, s *submissions.Submissions[Withdrawal], key string) {
+	t.Helper()
+	res := s.Admin().Release(bg, admin.Target{Key: key, Force: true})
+	require.Equal(t, admin.Changed, res.Decision, "forced Release of %s: %s", key, res.Message)
 }

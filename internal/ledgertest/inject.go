@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/admin"
 	"github.com/idemledger/submissions/driver"
 	"github.com/idemledger/submissions/internal/figures"
 )
@@ -505,7 +506,9 @@ func injectOne(t *testing.T, newStore Factory, c injectCase, at int, kind faultK
 	switch {
 	case kind.panics():
 		require.Equal(t, errPanic, res.panicked, "a store call's panic goes on out of the ledger, with its own value")
-	case detached:
+	case detached, kind == faultCancel && fired == "Settle" && res.err == nil && res.panicked == nil:
+		// A Settle cancelled with its ctx is made again past it: the rail
+		// answered, and the answer is recorded.
 		c.want(t, res)
 	default:
 		requireTrueError(t, c, res, kind, fired, sent)
@@ -567,8 +570,8 @@ func injectRecover(t *testing.T, s *ledger, r *rail, c injectCase) {
 	if errors.Is(err, submissions.ErrSubmissionInFlight) {
 		if r.calls.Load() > 0 {
 			err = s.Resolve(bg, "req-1", injAnswer)
-		} else {
-			err = s.Release(bg, "req-1")
+		} else { // as an operator who has looked at the rail: the claim's send is not known to have ended
+			err = s.Admin().Release(bg, admin.Target{Key: "req-1", Force: true}).Err
 		}
 		require.NoError(t, err, "recovery: closing the key in flight")
 		out, err = s.Submit(bg, "req-1", injW, r.send)

@@ -40,6 +40,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"claims", claimTests},
 		{"resolve", resolveTests},
 		{"release", releaseTests},
+		{"doors", doorTests},
 		{"not sent", notSentTests},
 		{"reads", readTests},
 		{"tenants", tenantTests},

@@ -223,8 +223,9 @@ func testWaitAfterTheSendFailedIsOutcomeUnknownAtOnce(t *testing.T, newStore Fac
 		require.NoError(t, err, name)
 		assert.Equal(t, sentTx(f.w, "0xfound"), got, name)
 	}
-	require.NoError(t, f.s.Release(bg, "req-2"), "an abandoned claim is released as any other")
-	_, err = f.waitElsewhere().Wait(bg, "req-2")
+	requireRefusal(t, f.s.Release(bg, "req-2"), submissions.ErrIdempotencyConflict) // answered: money moved
+	require.NoError(t, f.s.Release(bg, "req-3"), "an abandoned claim is released as any other")
+	_, err = f.waitElsewhere().Wait(bg, "req-3")
 	requireRefusal(t, err, submissions.ErrUnknownKey)
 }
 
@@ -260,7 +261,7 @@ func testWaitOfAKeyReleasedWhileWaiting(t *testing.T, newStore Factory) {
 		require.True(t, claimed)
 		done := goWait(bg, f.waitElsewhere(), "req-1")
 		requireWaiting(t, done)
-		require.NoError(t, f.s.Release(bg, "req-1"))
+		forceRelease(t, f.s, "req-1")
 		r := waitedFor(t, done)
 		requireRefusal(t, r.err, submissions.ErrUnknownKey)
 	})
@@ -271,7 +272,7 @@ func testWaitOfAKeyReleasedWhileWaiting(t *testing.T, newStore Factory) {
 		<-started
 		done := goWait(bg, f.s, "req-1")
 		requireWaiting(t, done)
-		require.NoError(t, f.elsewhere().Release(bg, "req-1"), "another instance releases what it does not send")
+		forceRelease(t, f.elsewhere(), "req-1") // another instance releases what it does not send
 		close(finish)
 		require.ErrorIs(t, <-sent, submissions.ErrOutcomeNotRecorded)
 		r := waitedFor(t, done)

@@ -60,7 +60,8 @@ type claimJSON struct {
 	AgeSeconds   int64     `json:"age_seconds"`
 	Token        uint64    `json:"token"`
 	Abandoned    bool      `json:"abandoned"` // its send ended without a recorded answer
-	Send         string    `json:"send"`      // admin.Claim.Send: "ended without a recorded answer" or "not known to have ended" (this command runs no sends)
+	Answered     bool      `json:"answered"`  // that send got an answer that was not recorded: money moved
+	Send         string    `json:"send"`      // admin.Claim.Send: "answered, the answer not recorded", "ended without a recorded answer" or "not known to have ended" (this command runs no sends)
 }
 
 func setupInFlight(e *env, fs *flag.FlagSet) func(context.Context, []string) error {
@@ -106,7 +107,7 @@ func setupInFlight(e *env, fs *flag.FlagSet) func(context.Context, []string) err
 				fp := c.Fingerprint
 				if *asJSON {
 					if err := enc.Encode(claimJSON{c.Tenant, c.Key, fp.WithdrawalID, fp.Amount, fp.Currency, fp.Destination,
-						c.ClaimedAt, int64(age / time.Second), uint64(c.Token), c.Abandoned, c.Send()}); err != nil {
+						c.ClaimedAt, int64(age / time.Second), uint64(c.Token), c.Abandoned, c.Answered, c.Send()}); err != nil {
 						return err
 					}
 					continue
@@ -190,7 +191,7 @@ func (f found) state() string {
 
 func (f found) claim() admin.Claim {
 	return admin.Claim{Tenant: f.tenant, Key: f.key, Fingerprint: f.rec.Fingerprint, ClaimedAt: f.claimedAt, Token: f.rec.Token,
-		Abandoned: f.rec.Abandoned}
+		Abandoned: f.rec.Abandoned, Answered: f.rec.Answered}
 }
 
 // print writes the record for a reader, its outcome indented.
@@ -236,6 +237,7 @@ type recordJSON struct {
 	Destination  string          `json:"destination"`
 	Token        uint64          `json:"token"`
 	Abandoned    bool            `json:"abandoned"`      // in flight, and its send ended without a recorded answer
+	Answered     bool            `json:"answered"`       // in flight, and that send got an answer that was not recorded
 	Send         string          `json:"send,omitempty"` // in flight: admin.Claim.Send
 	ClaimedAt    *time.Time      `json:"claimed_at,omitempty"`
 	SettledAt    *time.Time      `json:"settled_at,omitempty"`
@@ -261,7 +263,7 @@ func setupShow(e *env, fs *flag.FlagSet) func(context.Context, []string) error {
 		fp := f.rec.Fingerprint
 		out := recordJSON{Tenant: f.tenant, Key: f.key, State: f.state(), WithdrawalID: fp.WithdrawalID, Amount: fp.Amount,
 			Currency: fp.Currency, Destination: fp.Destination, Token: uint64(f.rec.Token), SettledAt: f.settledAt,
-			Abandoned: f.rec.Abandoned}
+			Abandoned: f.rec.Abandoned, Answered: f.rec.Answered}
 		if !f.rec.Done {
 			out.Send = f.claim().Send()
 		}

@@ -1,0 +1,204 @@
+package ledgertest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/admin"
+	"github.com/idemledger/submissions/driver"
+)
+
+// Doors: every door that resolves or releases (the service's own Resolve
+// and Release, the Admin's, Reconcile) decides alike, and none frees a
+// withdrawal whose send may still move money, in this ledger or another on
+// the same store (a second instance, which knows nothing of this one's
+// sends but what the store says).
+var doorTests = []test{
+	{"AnAnswerAfterTheCallersDeadlineIsRecorded", testAnAnswerAfterTheCallersDeadlineIsRecorded},
+	{"NoDoorReleasesAClaimAnotherInstanceIsSending", testNoDoorReleasesAClaimAnotherInstanceIsSending},
+	{"AClaimWhoseSendEndedIsReleasedByAnyInstance", testAClaimWhoseSendEndedIsReleasedByAnyInstance},
+	{"TheServicesResolveSaysWhatTheAdminSays", testTheServicesResolveSaysWhatTheAdminSays},
+	{"AnAnsweredClaimIsNeverReleased", testAnAnsweredClaimIsNeverReleased},
+}
+
+// instance is another instance on st: a ledger that runs st through the
+// Store interface and the optional abilities pgstore has, none of this
+// process's memory.
+func instance(st driver.Store[Withdrawal]) *submissions.Submissions[Withdrawal] {
+	var view driver.Store[Withdrawal] = struct{ driver.Store[Withdrawal] }{st}
+	l, isLister := st.(driver.Lister)
+	a, isAbandoner := st.(driver.Abandoner)
+	switch {
+	case isLister && isAbandoner:
+		view = struct {
+			driver.Store[Withdrawal]
+			driver.Lister
+			driver.Abandoner
+		}{st, l, a}
+	case isLister:
+		view = lister{st, l}
+	case isAbandoner:
+		view = struct {
+			driver.Store[Withdrawal]
+			driver.Abandoner
+		}{st, a}
+	}
+	return submissions.NewWithStore(view, submissions.WithLogger(quiet))
+}
+
+// The rail answers after the caller has stopped waiting: the answer is
+// recorded all the same, so that no door takes it for a claim without one.
+func testAnAnswerAfterTheCallersDeadlineIsRecorded(t *testing.T, newStore Factory) {
+	f := setUp(t, newStore)
+	ctx, cancel := context.WithTimeout(bg, 30*time.Millisecond)
+	defer cancel()
+	late := func(ctx context.Context, w Withdrawal) (Withdrawal, error) {
+		<-ctx.Done() // the caller gave up before the rail answered
+		return f.rail.send(ctx, w)
+	}
+	out, err := f.s.Submit(ctx, "req-1", f.w, late)
+	require.NoError(t, err, "Submit whose send answered after its deadline")
+	require.Equal(t, sentTx(f.w, "0xtx-w-1"), out)
+	requireOutcome(t, f.s, "req-1", out, true)
+
+	requireRefusal(t, f.s.Release(bg, "req-1"), submissions.ErrIdempotencyConflict)
+	res := f.s.Admin().Release(bg, admin.Target{Key: "req-1", Force: true})
+	require.Equal(t, admin.Refused, res.Decision, res.Message)
+	require.Equal(t, admin.RuleHasOutcome, res.Rule)
+	_, err = f.s.Submit(bg, "req-2", f.w, f.rail.send)
+	requireConflict(t, err, "req-1")
+	replayed, err := f.s.Submit(bg, "req-1", f.w, f.rail.send)
+	require.NoError(t, err)
+	require.Equal(t, out, replayed)
+	f.rail.requireSends(t, 1)
+}
+
+// While instance a sends, instance b's Release, its Admin's Release without
+// force, ReleaseClaim and a Reconcile that the rail tells "not sent" all
+// leave the claim alone: a send that has not reached the rail yet would
+// otherwise be sent again under another key.
+func testNoDoorReleasesAClaimAnotherInstanceIsSending(t *testing.T, newStore Factory) {
+	f := setUp(t, newStore)
+	b := instance(f.store)
+	started, finish := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.s.Submit(bg, "req-1", f.w, f.rail.blocking(started, finish))
+		done <- err
+	}()
+	<-started
+
+	requireRefusal(t, b.Release(bg, "req-1"), submissions.ErrSubmissionInFlight)
+	res := b.Admin().Release(bg, admin.Target{Key: "req-1"})
+	require.Equal(t, admin.Refused, res.Decision, res.Message)
+	require.Equal(t, admin.RuleSendMayRun, res.Rule)
+	if _, ok := f.store.(driver.Lister); ok {
+		claims, err := b.Admin().InFlight(bg, admin.InFlightQuery{})
+		require.NoError(t, err)
+		require.Len(t, claims, 1)
+		require.Equal(t, admin.SendUnknown, claims[0].Send(), "b cannot know a's send")
+		requireRefusal(t, b.Admin().ReleaseClaim(bg, claims[0]), submissions.ErrSubmissionInFlight)
+		notSent := func(context.Context, admin.Claim) (admin.Finding[Withdrawal], error) {
+			return admin.Finding[Withdrawal]{Verdict: admin.VerdictNotSent}, nil
+		}
+		rep, err := b.Admin().Reconcile(bg, 0, notSent)
+		require.NoError(t, err)
+		assert.Empty(t, rep.Released, "Reconcile released a claim whose send runs")
+		assert.Len(t, rep.Skipped, 1)
+	}
+	_, err := b.Submit(bg, "req-2", f.w, f.rail.send)
+	requireConflict(t, err, "req-1")
+
+	close(finish)
+	require.NoError(t, <-done, "a's send, recorded")
+	f.rail.requireSends(t, 1)
+	requireOutcome(t, b, "req-1", sentTx(f.w, "0xtx-w-1"), true)
+}
+
+// A send that ended without an answer is known to have ended, by its own
+// instance always and by another through a store that records it (a
+// driver.Abandoner): the claim can be released there, and sent again.
+func testAClaimWhoseSendEndedIsReleasedByAnyInstance(t *testing.T, newStore Factory) {
+	f := setUp(t, newStore)
+	strand(t, f.s, "req-1", f.w)
+	b := instance(f.store)
+	if _, ok := f.store.(driver.Abandoner); ok {
+		require.NoError(t, b.Release(bg, "req-1"), "Release by another instance of a claim the store knows ended")
+	} else {
+		requireRefusal(t, b.Release(bg, "req-1"), submissions.ErrSubmissionInFlight)
+		require.NoError(t, f.s.Release(bg, "req-1"), "Release by the instance whose send ended")
+	}
+	_, err := b.Submit(bg, "req-2", f.w, f.rail.send)
+	require.NoError(t, err)
+	f.rail.requireSends(t, 1)
+}
+
+// The service's Resolve and the Admin's decide in one place: the same
+// refusal and words for an outcome of another amount, and an unknown key
+// recorded by the service's (rule 13) where the Admin's refuses it.
+func testTheServicesResolveSaysWhatTheAdminSays(t *testing.T, newStore Factory) {
+	f := setUp(t, newStore)
+	strand(t, f.s, "req-1", f.w)
+	other := sentTx(f.w, "0xd")
+	other.Amount = "26"
+	err := f.s.Resolve(bg, "req-1", other)
+	requireRefusal(t, err, submissions.ErrIdempotencyConflict)
+	res := f.s.Admin().Resolve(bg, admin.Target{Key: "req-1", Force: true}, other)
+	require.Equal(t, admin.Refused, res.Decision)
+	require.Equal(t, admin.RuleFieldDiffers, res.Rule)
+	require.Equal(t, res.Err.Error(), err.Error(), "the same words at both doors")
+	require.Contains(t, err.Error(), `amount "26" is not the claim's "25"`)
+
+	w2 := newWithdrawal("w-2")
+	res = f.s.Admin().Resolve(bg, admin.Target{Key: "req-2"}, sentTx(w2, "0xe"))
+	require.Equal(t, admin.RuleUnknownKey, res.Rule, res.Message)
+	require.NoError(t, f.s.Resolve(bg, "req-2", sentTx(w2, "0xe")))
+	requireOutcome(t, f.s, "req-2", sentTx(w2, "0xe"), true)
+	err = f.s.Resolve(bg, "req-3", sentTx(w2, "0xe"))
+	requireConflict(t, err, "req-2")
+}
+
+// The rail answered, and the answer could not be recorded (it is for
+// another amount): the claim says so, in every instance whose store keeps
+// it (a driver.Answerer), and no door releases it, with force or without.
+func testAnAnsweredClaimIsNeverReleased(t *testing.T, newStore Factory) {
+	f := setUp(t, newStore)
+	answer := sentTx(f.w, "0xodd")
+	answer.Amount = "26"
+	out, err := f.s.Submit(bg, "req-1", f.w, func(context.Context, Withdrawal) (Withdrawal, error) {
+		f.rail.calls.Add(1)
+		return answer, nil
+	})
+	require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
+	require.Equal(t, answer, out)
+	others := []*submissions.Submissions[Withdrawal]{f.s}
+	if _, ok := f.store.(driver.Answerer[Withdrawal]); ok {
+		others = append(others, instance(f.store))
+	}
+	for i, s := range others {
+		requireRefusal(t, s.Release(bg, "req-1"), submissions.ErrIdempotencyConflict)
+		res := s.Admin().Release(bg, admin.Target{Key: "req-1", Force: true})
+		require.Equal(t, admin.Refused, res.Decision, "instance %d: %s", i, res.Message)
+		require.Equal(t, admin.RuleAnswered, res.Rule, "instance %d", i)
+		require.True(t, res.Claim.Answered, "instance %d", i)
+		require.Equal(t, admin.SendAnswered, res.Claim.Send(), "instance %d", i)
+		if _, ok := f.store.(driver.Lister); ok {
+			claims, err := s.Admin().InFlight(bg, admin.InFlightQuery{})
+			require.NoError(t, err)
+			require.Len(t, claims, 1)
+			assert.Equal(t, admin.SendAnswered, claims[0].Send(), "instance %d: listed", i)
+		}
+		// The answer kept is for another amount: it cannot close the claim.
+		res = s.Admin().ResolveWithAnswer(bg, admin.Target{Key: "req-1"})
+		require.Equal(t, admin.RuleFieldDiffers, res.Rule, "instance %d: %s", i, res.Message)
+	}
+	_, err = f.s.Submit(bg, "req-2", f.w, f.rail.send)
+	requireConflict(t, err, "req-1")
+	f.rail.requireSends(t, 1)
+	require.NoError(t, f.s.Resolve(bg, "req-1", sentTx(f.w, "0xfound")), "resolved with what the rail shows")
+}
