@@ -78,7 +78,11 @@ func NewMemoryStore[R Fingerprinter]() driver.Store[R] {
 func (e *entry[R]) record() driver.Record[R] {
 	rec := driver.Record[R]{Fingerprint: e.fp, Outcome: e.outcome, Done: e.done, Token: e.token, Abandoned: e.abandoned && !e.done}
 	if rec.Abandoned && e.answered {
-		rec.Answered, rec.Answer = true, e.answer
+		rec.Answered = true
+		if e.answer != nil {
+			answer := *e.answer // the caller's own copy
+			rec.Answer = &answer
+		}
 	}
 	return rec
 }

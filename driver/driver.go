@@ -246,8 +246,9 @@ type Tracker[R any] interface {
 // changes nothing, except that Abandon after a failed Settle or Release
 // marks a claim still in flight.
 type Send[R any] interface {
-	// Settle is Store.Settle of the claim, and ends the send, even when it
-	// fails or panics.
+	// Settle is Store.Settle of the claim, and ends the send when it
+	// answers or panics; after an error the send runs on, and the ledger
+	// calls Settle again or abandons it.
 	Settle(ctx context.Context, outcome R) (rec Record[R], settled bool, err error)
 
 	// Release is Store.Release of the claim, for a send that moved nothing

@@ -181,8 +181,8 @@ func (s *Store[R]) record(key string, row storedRow) (driver.Record[R], error) {
 		rec.Answered = true
 		if row.answer != nil {
 			rec.Answer = new(R)
-			if err := s.codec.Unmarshal(row.answer, rec.Answer); err != nil {
-				return driver.Record[R]{}, fmt.Errorf("pgstore: decode the answer kept for request key %s: %w", key, err)
+			if s.codec.Unmarshal(row.answer, rec.Answer) != nil {
+				rec.Answer = nil // an answer the codec cannot read is no answer kept: the claim stays answered
 			}
 		}
 	}

@@ -358,7 +358,7 @@ SELECT ` + notify + ` FROM answered`,
 		// The rows are found by their ctid, which stays while this
 		// statement holds their locks: a plan that reads those rows only,
 		// whatever the planner guesses of $2.
-		prune: `UPDATE ` + table + ` SET amount = '', currency = '', destination = '', outcome = ''::bytea, pruned_at = now()
+		prune: `UPDATE ` + table + ` SET amount = '', currency = '', destination = '', outcome = ''::bytea, answer = NULL, pruned_at = now()
 WHERE ctid = ANY(ARRAY(SELECT ctid FROM ` + table + `
 	WHERE outcome IS NOT NULL AND pruned_at IS NULL AND settled_at < $1
 	ORDER BY settled_at LIMIT $2 FOR UPDATE SKIP LOCKED)) AND pruned_at IS NULL

@@ -264,7 +264,7 @@ func (c *sendCall[R]) record(out R) error {
 				continue // ctx ended: the grace next
 			}
 		}
-		rec, settled, err = c.l.store.Settle(ctx, c.tenant, c.key, c.token, out)
+		rec, settled, err = c.snd.Settle(ctx, out) // the send runs on until a Settle answers or it is abandoned
 	}
 	if settled {
 		return nil

@@ -130,13 +130,21 @@ type trackedSend[R any] struct {
 	abandoned bool
 }
 
-// Settle implements driver.Send.
-func (s *trackedSend[R]) Settle(ctx context.Context, outcome R) (driver.Record[R], bool, error) {
+// Settle implements driver.Send: a Settle that fails leaves the send
+// running, for the ledger to settle again or abandon.
+func (s *trackedSend[R]) Settle(ctx context.Context, outcome R) (rec driver.Record[R], settled bool, err error) {
 	if s.ended {
 		return driver.Record[R]{}, false, nil
 	}
-	defer s.end() // also when the store panics
-	return s.g.store.Settle(ctx, s.ref.tenant, s.ref.key, s.ref.token, outcome)
+	returned := false
+	defer func() {
+		if !returned || err == nil { // a panic, or the store's answer
+			s.end()
+		}
+	}()
+	rec, settled, err = s.g.store.Settle(ctx, s.ref.tenant, s.ref.key, s.ref.token, outcome)
+	returned = true
+	return rec, settled, err
 }
 
 // Release implements driver.Send.
@@ -163,15 +171,17 @@ func (s *trackedSend[R]) Abandon(ctx context.Context) error {
 	return nil
 }
 
-// AbandonAnswered implements driver.Send: Abandon, with the answer recorded
-// here, and in the Store when it is an Answerer (and otherwise as Abandon
-// records it there).
+// AbandonAnswered implements driver.Send: it records in the Store that the
+// send got an answer that was not recorded, when it is an Answerer (and
+// only that it ended, when it is just an Abandoner), and then ends the
+// send here, where the answer is kept: no call sees the claim neither
+// sending nor answered here.
 func (s *trackedSend[R]) AbandonAnswered(ctx context.Context, answer *R) error {
 	if s.abandoned {
 		return nil
 	}
 	s.abandoned = true
-	s.endHere(&ended[R]{answered: true, answer: answer})
+	defer s.endHere(&ended[R]{answered: true, answer: answer}) // also when the store panics
 	switch st := s.g.store.(type) {
 	case driver.Answerer[R]:
 		return st.AbandonAnswered(ctx, s.ref.tenant, s.ref.key, s.ref.token, answer)
@@ -181,12 +191,13 @@ func (s *trackedSend[R]) AbandonAnswered(ctx context.Context, answer *R) error {
 	return nil
 }
 
-// endHere ends the send, and keeps how it ended.
+// endHere ends the send and keeps how it ended, in one step: no call sees
+// the claim neither sending nor ended here.
 func (s *trackedSend[R]) endHere(how *ended[R]) {
-	s.end()
 	s.g.mu.Lock()
 	defer s.g.mu.Unlock()
 	s.g.ended[s.ref] = how
+	s.endLocked()
 }
 
 // endedHere returns how the send of the claim token ended in this ledger
@@ -213,9 +224,17 @@ func (s *trackedSend[R]) end() {
 	if s.ended {
 		return
 	}
-	s.ended = true
 	s.g.mu.Lock()
 	defer s.g.mu.Unlock()
+	s.endLocked()
+}
+
+// endLocked is end; the caller holds the lock.
+func (s *trackedSend[R]) endLocked() {
+	if s.ended {
+		return
+	}
+	s.ended = true
 	if ended := s.g.sending[s.ref]; ended != nil {
 		close(ended)
 	}
