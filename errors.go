@@ -62,17 +62,19 @@ var (
 
 	// ErrStoreFailed: the store failed or could not be reached, and this call
 	// sent nothing. A write it was making may or may not stand: a Submit
-	// retried may find its key in flight (an operator may Release it: this
-	// call sent nothing), and a Resolve or Release retried tells which.
+	// retried may find its key in flight, claimed by this call under a reply
+	// the store lost (an operator may Release it: this call sent nothing),
+	// and a Resolve or Release retried tells which.
 	ErrStoreFailed = driver.ErrStoreFailed
 
 	// ErrNotSent: send returned an error wrapping it, the rail's word that
 	// nothing moved (a transient failure before the transfer began, not a
-	// refusal the rail keeps: that is an outcome, to return as one). The
-	// claim was released in the same step that ended the send, unless it was
-	// resolved or released otherwise while send ran (the error says which),
-	// and the error wraps send's too. A retry under the same key may send
-	// again.
+	// refusal the rail keeps: that is an outcome, to return as one), or
+	// the context ended as the key was claimed, and send was not called
+	// (the error wraps the context's). The claim was released in the same
+	// step that ended the send, unless it was resolved or released
+	// otherwise while send ran (the error says which), and the error wraps
+	// send's too. A retry under the same key may send again.
 	ErrNotSent = driver.ErrNotSent
 
 	// ErrOutcomeUnknown: send ended without an answer (an error, or a nil
@@ -83,12 +85,13 @@ var (
 	ErrOutcomeUnknown = driver.ErrOutcomeUnknown
 
 	// ErrOutcomeNotRecorded: send answered, Submit returns the answer with
-	// this error, and the answer was not recorded: its context had ended, it
-	// is for another withdrawal (the error names the fields that differ), no
+	// this error, and the answer was not recorded (the key is then marked
+	// answered, and no door releases it): it is for another withdrawal (the error names the fields that differ), no
 	// store could give it back as it is (text that is not UTF-8, say: see
 	// docs/rules.md), the store failed while recording it (it may stand all
 	// the same; a store that was only unavailable, during a failover say,
-	// is tried again until the context ends), or the key was released or
+	// is tried again until the context ends, and an answer is recorded
+	// within 100 ms past the context's end), or the key was released or
 	// resolved otherwise while send ran. Resolve returns it, writing nothing, for an outcome that no store
 	// could give back as it is. The money may have
 	// moved: escalate, never retry under a new key. An answer of the

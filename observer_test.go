@@ -172,8 +172,9 @@ func (p panicsOn) Observe(_ context.Context, e observe.Event) {
 }
 
 // TestObserverPanicLeavesTheLedgerWhole: an Observe that panics on the
-// claim stops the send from being called, and the claim can be released; one
-// that panics on the outcome leaves it recorded.
+// claim stops the send from being called, and the ledger releases the claim
+// (nothing was sent under it); one that panics on the outcome leaves it
+// recorded.
 func TestObserverPanicLeavesTheLedgerWhole(t *testing.T) {
 	for name, st := range map[string]driver.Store[withdrawal]{
 		"in memory":            submissions.NewMemoryStore[withdrawal](),
@@ -185,15 +186,17 @@ func TestObserverPanicLeavesTheLedgerWhole(t *testing.T) {
 			s := submissions.NewWithStore(st, submissions.WithObserver(panicsOn(observe.EventClaimed)), quiet)
 			require.PanicsWithValue(t, "observer exploded", func() { _, _ = s.Submit(bg, "req-1", newWithdrawal("w-1"), send) })
 			assert.Zero(t, sends, "send is not called")
-			require.NoError(t, s.Release(bg, "req-1"), "the claim is released")
+			_, err := submissions.NewWithStore(st, quiet).Submit(bg, "req-0", newWithdrawal("w-1"), send)
+			require.NoError(t, err, "the claim was released: another key sends the withdrawal")
+			assert.Equal(t, 1, sends)
 
 			s = submissions.NewWithStore(st, submissions.WithObserver(panicsOn(observe.EventSent)), quiet)
-			require.PanicsWithValue(t, "observer exploded", func() { _, _ = s.Submit(bg, "req-2", newWithdrawal("w-1"), send) })
-			assert.Equal(t, 1, sends)
+			require.PanicsWithValue(t, "observer exploded", func() { _, _ = s.Submit(bg, "req-2", newWithdrawal("w-2"), send) })
+			assert.Equal(t, 2, sends)
 			out, ok, err := s.Outcome(bg, "req-2")
 			require.NoError(t, err)
 			require.True(t, ok, "the answer is recorded")
-			assert.Equal(t, newWithdrawal("w-1"), out)
+			assert.Equal(t, newWithdrawal("w-2"), out)
 		})
 	}
 }

@@ -247,8 +247,9 @@ type Tracker[R any] interface {
 // marks a claim still in flight.
 type Send[R any] interface {
 	// Settle is Store.Settle of the claim, and ends the send when it
-	// answers or panics; after an error the send runs on, and the ledger
-	// calls Settle again or abandons it.
+	// answers; after an error or a panic the send runs on, and the ledger
+	// calls Settle again or abandons it: no call sees the claim neither
+	// sending nor abandoned.
 	Settle(ctx context.Context, outcome R) (rec Record[R], settled bool, err error)
 
 	// Release is Store.Release of the claim, for a send that moved nothing

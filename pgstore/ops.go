@@ -44,11 +44,21 @@ const attempts = 10
 // reads the row first, a plain SELECT, and inserts only if the row has gone
 // (released through another Store meanwhile). A retry of a key that this
 // Store has not seen costs the INSERT that fails and the read.
+//
+// A fresh claim runs on for up to claimGrace past ctx's end (see pastEnd):
+// a claim the server commits as ctx ends is returned, token and all, for the
+// caller to release, and not left standing behind an error that says this
+// call claimed nothing.
 func (s *Store[R]) Claim(ctx context.Context, tenant, key string, fp driver.Fingerprint, outcome *R) (driver.Record[R], bool, error) {
 	if outcome == nil && s.recent.has(tenant, key) {
 		if rec, ok, err := s.Lookup(ctx, tenant, key); err != nil || ok {
 			return rec, false, err
 		}
+	}
+	if outcome == nil {
+		var stop func()
+		ctx, stop = pastEnd(ctx)
+		defer stop()
 	}
 	var encoded []byte // NULL: in flight
 	if outcome != nil {
@@ -101,6 +111,17 @@ func (s *Store[R]) Claim(ctx context.Context, tenant, key string, fp driver.Fing
 		return driver.Record[R]{}, false, err
 	}
 	return driver.Record[R]{}, false, fmt.Errorf("pgstore: claim request key %s: still contended after %d attempts: %w", key, attempts, err)
+}
+
+// claimGrace is how long a fresh claim runs on past its ctx's end.
+const claimGrace = 100 * time.Millisecond
+
+// pastEnd returns a context with ctx's values that ends claimGrace after
+// ctx does; stop releases it.
+func pastEnd(ctx context.Context) (_ context.Context, stop func()) {
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stopAfter := context.AfterFunc(ctx, func() { time.AfterFunc(claimGrace, cancel) })
+	return pctx, func() { stopAfter(); cancel() }
 }
 
 // insert is Claim's INSERT of one row, with the Claimed hook in its

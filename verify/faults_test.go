@@ -3,7 +3,6 @@ package verify
 import (
 	"context"
 	"errors"
-	"sync"
 
 	"github.com/idemledger/submissions/driver"
 )
@@ -40,17 +39,13 @@ var errStore = errors.New("store: connection reset")
 const storeBug = "store bug"
 
 // injectSettleFault runs settle, a store's Settle of the answer, as the
-// Send that ctx carries says: as it is, unless it is a Settle kind. ended,
-// if not nil, is called when the Settle ends the send without recording the
-// answer (a store that keeps its sends' marks, a driver.Tracker, must end
-// the send even so).
-func injectSettleFault(ctx context.Context, settle func() (driver.Record[W], bool, error), ended func()) (driver.Record[W], bool, error) {
+// Send that ctx carries says: as it is, unless it is a Settle kind. A
+// Settle that fails or panics having recorded nothing leaves the send
+// running, as the driver.Send contract has it: the ledger abandons it.
+func injectSettleFault(ctx context.Context, settle func() (driver.Record[W], bool, error)) (driver.Record[W], bool, error) {
 	fault, _ := ctx.Value(settleFault{}).(Send)
 	switch fault {
 	case SettleFails, SettlePanics:
-		if ended != nil {
-			ended()
-		}
 	case SettleFailsAfter, SettlePanicsAfter:
 		_, _, _ = settle() // what it recorded, or failed to, is lost with its reply
 	default:
@@ -94,7 +89,7 @@ func (s faultyStore) Lookup(ctx context.Context, tenant, key string) (driver.Rec
 func (s faultyStore) Settle(ctx context.Context, tenant, key string, token driver.Token, outcome W) (driver.Record[W], bool, error) {
 	return injectSettleFault(ctx, func() (driver.Record[W], bool, error) {
 		return s.Store.Settle(ctx, tenant, key, token, outcome)
-	}, nil)
+	})
 }
 
 // opaque hides a store's type, so that a ledger runs it as it runs any Store:
@@ -125,16 +120,9 @@ type memory interface {
 // included, whose sends' Settles play the faults of injectSettleFault, and
 // whose Lookup and WaitClaim note their reads: a ledger on it knows the
 // sends of every other ledger on it, as on the memory store itself.
-type faultyMemory struct {
-	memory
+type faultyMemory struct{ memory }
 
-	mu    sync.Mutex
-	ended map[claimOf]bool // sends whose Settle failed or panicked having recorded nothing
-}
-
-func newFaultyMemory(st memory) *faultyMemory {
-	return &faultyMemory{memory: st, ended: map[claimOf]bool{}}
-}
+func newFaultyMemory(st memory) *faultyMemory { return &faultyMemory{memory: st} }
 
 // Lookup implements driver.Store.
 func (f *faultyMemory) Lookup(ctx context.Context, tenant, key string) (driver.Record[W], bool, error) {
@@ -152,38 +140,17 @@ func (f *faultyMemory) WaitClaim(ctx context.Context, tenant, key string, token 
 func (f *faultyMemory) ClaimSend(ctx context.Context, tenant, key string, fp driver.Fingerprint) (driver.Record[W], driver.Send[W], error) {
 	rec, snd, err := f.memory.ClaimSend(ctx, tenant, key, fp)
 	if snd != nil {
-		snd = faultySend{Send: snd, f: f, claim: claimOf{tenant, key, rec.Token}}
+		snd = faultySend{snd}
 	}
 	return rec, snd, err
 }
 
-// Sending implements driver.Tracker: a send whose Settle failed having
-// recorded nothing has ended, as the Send contract has it, though the memory
-// store learns it only from the ledger's Abandon.
-func (f *faultyMemory) Sending(ctx context.Context, tenant, key string, token driver.Token) (<-chan struct{}, error) {
-	f.mu.Lock()
-	ended := f.ended[claimOf{tenant, key, token}]
-	f.mu.Unlock()
-	if ended {
-		return nil, nil
-	}
-	return f.memory.Sending(ctx, tenant, key, token)
-}
-
 // faultySend is a send of a faultyMemory.
-type faultySend struct {
-	driver.Send[W]
-	f     *faultyMemory
-	claim claimOf
-}
+type faultySend struct{ driver.Send[W] }
 
 // Settle implements driver.Send.
 func (s faultySend) Settle(ctx context.Context, outcome W) (driver.Record[W], bool, error) {
 	return injectSettleFault(ctx, func() (driver.Record[W], bool, error) {
 		return s.Send.Settle(ctx, outcome)
-	}, func() {
-		s.f.mu.Lock()
-		defer s.f.mu.Unlock()
-		s.f.ended[s.claim] = true
 	})
 }

@@ -54,7 +54,7 @@ func (s faultyPostgres) WaitClaim(ctx context.Context, tenant, key string, token
 func (s faultyPostgres) Settle(ctx context.Context, tenant, key string, token driver.Token, outcome W) (driver.Record[W], bool, error) {
 	return injectSettleFault(ctx, func() (driver.Record[W], bool, error) {
 		return s.Store.Settle(ctx, tenant, key, token, outcome)
-	}, nil)
+	})
 }
 
 func TestLinearizablePostgres(t *testing.T) {

@@ -84,6 +84,11 @@ func (l *Ledger[R]) sendAndRecord(ctx context.Context, tenant, key string, snd d
 		out R
 		err error
 	)
+	if err := ctx.Err(); err != nil { // the claim took what was left of ctx: send is not called
+		err = l.notSent(ctx, key, snd, fmt.Errorf("%w: the context ended before send was called: %w", ErrNotSent, err))
+		c.report(observe.EventNotSent, err)
+		return *new(R), err
+	}
 	c.step("the observer panicked, and send was not called", func() { c.report(observe.EventClaimed, nil) })
 	c.step("send did not return", func() { out, err = c.send(req, send) })
 	if err != nil {
@@ -127,6 +132,7 @@ type sendCall[R driver.Fingerprinter] struct {
 	token       driver.Token       // the claim's
 	fp          driver.Fingerprint // canonical
 	start       time.Time          // when send started, timed for an observer only
+	called      bool               // send was called: a send ended before it releases its claim
 	answered    bool               // send answered: a send ended without recording it is abandoned as answered
 	answer      R                  // the answer, when keep
 	keep        bool               // a store can keep answer as it is
@@ -148,8 +154,13 @@ func (c *sendCall[R]) step(under string, run func()) {
 }
 
 // abandon ends the send without a recorded outcome: as answered, with the
-// answer when kept, once send has answered.
+// answer when kept, once send has answered. Before send is called, the
+// claim is released instead: nothing was sent under it.
 func (c *sendCall[R]) abandon() {
+	if !c.called {
+		c.l.releaseUnsent(c.ctx, c.snd)
+		return
+	}
 	if c.answered {
 		var kept *R
 		if c.keep {
@@ -186,6 +197,7 @@ func (c *sendCall[R]) send(req R, send func(ctx context.Context, req R) (R, erro
 	if c.l.observer != nil {
 		c.start = time.Now()
 	}
+	c.called = true
 	if send == nil {
 		return req, nil
 	}
@@ -383,6 +395,18 @@ func (l *Ledger[R]) abandonAnswered(ctx context.Context, snd driver.Send[R], ans
 	actx, cancel := afterEnd(ctx)
 	defer cancel()
 	_ = snd.AbandonAnswered(actx, answer)
+}
+
+// releaseUnsent ends snd, whose send was never called, by releasing its
+// claim, or abandons it when the store fails to. It is best effort, as
+// abandon is.
+func (l *Ledger[R]) releaseUnsent(ctx context.Context, snd driver.Send[R]) {
+	defer func() { _ = recover() }() // contained: see abandon
+	rctx, cancel := afterEnd(ctx)
+	defer cancel()
+	if _, _, err := snd.Release(rctx); err != nil {
+		l.abandon(ctx, snd)
+	}
 }
 
 // abandon ends snd without an outcome. It is best effort: an error or a

@@ -130,20 +130,16 @@ type trackedSend[R any] struct {
 	abandoned bool
 }
 
-// Settle implements driver.Send: a Settle that fails leaves the send
-// running, for the ledger to settle again or abandon.
-func (s *trackedSend[R]) Settle(ctx context.Context, outcome R) (rec driver.Record[R], settled bool, err error) {
+// Settle implements driver.Send: a Settle that fails or panics leaves the
+// send running, for the ledger to settle again or abandon.
+func (s *trackedSend[R]) Settle(ctx context.Context, outcome R) (driver.Record[R], bool, error) {
 	if s.ended {
 		return driver.Record[R]{}, false, nil
 	}
-	returned := false
-	defer func() {
-		if !returned || err == nil { // a panic, or the store's answer
-			s.end()
-		}
-	}()
-	rec, settled, err = s.g.store.Settle(ctx, s.ref.tenant, s.ref.key, s.ref.token, outcome)
-	returned = true
+	rec, settled, err := s.g.store.Settle(ctx, s.ref.tenant, s.ref.key, s.ref.token, outcome)
+	if err == nil {
+		s.end()
+	}
 	return rec, settled, err
 }
 

@@ -24,6 +24,8 @@ var doorTests = []test{
 	{"AClaimWhoseSendEndedIsReleasedByAnyInstance", testAClaimWhoseSendEndedIsReleasedByAnyInstance},
 	{"TheServicesResolveSaysWhatTheAdminSays", testTheServicesResolveSaysWhatTheAdminSays},
 	{"AnAnsweredClaimIsNeverReleased", testAnAnsweredClaimIsNeverReleased},
+	{"AnAnswerTheStoreFailedToRecordIsNeverFreed", testAnAnswerTheStoreFailedToRecordIsNeverFreed},
+	{"AClaimMadeAsTheCallerLeftIsReleased", testAClaimMadeAsTheCallerLeftIsReleased},
 }
 
 // instance is another instance on st: a ledger that runs st through the
@@ -201,4 +203,121 @@ func testAnAnsweredClaimIsNeverReleased(t *testing.T, newStore Factory) {
 	requireConflict(t, err, "req-1")
 	f.rail.requireSends(t, 1)
 	require.NoError(t, f.s.Resolve(bg, "req-1", sentTx(f.w, "0xfound")), "resolved with what the rail shows")
+}
+
+// The rail answered, and the store failed, or panicked, as the ledger
+// recorded the answer: from then until the claim is marked answered, the
+// send still runs, and a Release made in between (here, as the ledger
+// abandons the send) is refused. A send taken for ended as the Settle
+// failed would let it free a withdrawal the rail has moved.
+func testAnAnswerTheStoreFailedToRecordIsNeverFreed(t *testing.T, newStore Factory) {
+	for _, panics := range []bool{false, true} {
+		name := map[bool]string{false: "Settle fails", true: "Settle panics"}[panics]
+		t.Run(name, func(t *testing.T) {
+			st := &failingSettle{Store: newStore(t), panics: panics}
+			f := setUpOn(t, st)
+			st.during = func() {
+				requireRefusal(t, f.s.Release(bg, "req-1"), submissions.ErrSubmissionInFlight)
+				requireRefusal(t, f.s.Admin().Release(bg, admin.Target{Key: "req-1", Force: true}).Err, submissions.ErrSubmissionInFlight)
+			}
+			func() {
+				defer func() {
+					if p := recover(); p != nil && p != errPanic {
+						panic(p)
+					}
+				}()
+				_, err := f.s.Submit(bg, "req-1", f.w, f.rail.send)
+				require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
+				require.ErrorIs(t, err, errInjected)
+			}()
+			require.True(t, st.abandoned, "the ledger abandoned the send")
+			requireRefusal(t, f.s.Release(bg, "req-1"), submissions.ErrIdempotencyConflict)
+			res := f.s.Admin().Release(bg, admin.Target{Key: "req-1", Force: true})
+			require.Equal(t, admin.RuleAnswered, res.Rule, res.Message)
+			_, err := f.s.Submit(bg, "req-2", f.w, f.rail.send)
+			requireConflict(t, err, "req-1")
+			f.rail.requireSends(t, 1)
+		})
+	}
+}
+
+// failingSettle is a store whose Settle fails, or panics, having recorded
+// nothing, and which runs during as the ledger abandons the send (as an
+// Abandoner, and an Answerer when the store is one), before it passes the
+// call on.
+type failingSettle struct {
+	driver.Store[Withdrawal]
+	panics    bool
+	during    func()
+	abandoned bool
+}
+
+// Settle implements driver.Store.
+func (s *failingSettle) Settle(context.Context, string, string, driver.Token, Withdrawal) (driver.Record[Withdrawal], bool, error) {
+	if s.panics {
+		panic(errPanic)
+	}
+	return driver.Record[Withdrawal]{}, false, errInjected
+}
+
+// Abandon implements driver.Abandoner.
+func (s *failingSettle) Abandon(ctx context.Context, tenant, key string, token driver.Token) error {
+	s.abandoning()
+	if a, ok := s.Store.(driver.Abandoner); ok {
+		return a.Abandon(ctx, tenant, key, token)
+	}
+	return nil
+}
+
+// AbandonAnswered implements driver.Answerer.
+func (s *failingSettle) AbandonAnswered(ctx context.Context, tenant, key string, token driver.Token, answer *Withdrawal) error {
+	s.abandoning()
+	switch a := s.Store.(type) {
+	case driver.Answerer[Withdrawal]:
+		return a.AbandonAnswered(ctx, tenant, key, token, answer)
+	case driver.Abandoner:
+		return a.Abandon(ctx, tenant, key, token)
+	}
+	return nil
+}
+
+func (s *failingSettle) abandoning() {
+	if !s.abandoned {
+		s.abandoned = true
+		s.during()
+	}
+}
+
+// The caller's ctx ends while the store claims: the claim the store made
+// all the same is released, send is not called, and the caller is told so
+// (ErrNotSent); no claim stands behind an error that says this call sent
+// nothing.
+func testAClaimMadeAsTheCallerLeftIsReleased(t *testing.T, newStore Factory) {
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	st := &leavesAsItClaims{Store: newStore(t), leave: cancel}
+	f := setUpOn(t, st)
+	_, err := f.s.Submit(ctx, "req-1", f.w, f.rail.send)
+	requireRefusal(t, err, submissions.ErrNotSent)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Contains(t, err.Error(), "claim released")
+	f.rail.requireSends(t, 0)
+	requireOutcome(t, f.s, "req-1", Withdrawal{}, false)
+	requireHolder(t, f.s, "w-1", "")
+	_, err = f.s.Submit(bg, "req-2", f.w, f.rail.send)
+	require.NoError(t, err, "another key sends the withdrawal")
+	f.rail.requireSends(t, 1)
+}
+
+// leavesAsItClaims is a store whose Claim ends its caller's ctx (leave) as
+// it starts, and then claims.
+type leavesAsItClaims struct {
+	driver.Store[Withdrawal]
+	leave func()
+}
+
+// Claim implements driver.Store.
+func (s *leavesAsItClaims) Claim(ctx context.Context, tenant, key string, fp driver.Fingerprint, outcome *Withdrawal) (driver.Record[Withdrawal], bool, error) {
+	s.leave()
+	return s.Store.Claim(ctx, tenant, key, fp, outcome)
 }
