@@ -1,9 +1,11 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -42,6 +44,52 @@ type Hooks[R any] struct {
 	// Released runs after a claim in flight is deleted: its send moved
 	// nothing, or an operator released it.
 	Released func(ctx context.Context, tx pgx.Tx, tenant, key string, rec driver.Record[R]) error
+	// Command names the operator's command that changes the table with
+	// these hooks ("payoutd ctl", say). Migrate records it on the table,
+	// and a tool made without the hooks (submissionsctl) refuses to
+	// resolve or release there, naming it: its changes would leave the
+	// service's rows as they were.
+	Command string
+}
+
+// hookMark begins the table comment by which Migrate records that the
+// table is changed with hooks; the command follows.
+const hookMark = "submissions: changed with the hooks of "
+
+// hooked reports whether s has a hook.
+func (s *Store[R]) hooked() bool {
+	h := &s.hooks
+	return h.Claimed != nil || h.Settled != nil || h.Released != nil
+}
+
+// markHooked records on the table, in tx, that s changes it with hooks,
+// unless it says so already.
+func (s *Store[R]) markHooked(ctx context.Context, tx pgx.Tx) error {
+	if !s.hooked() {
+		return nil
+	}
+	command := cmp.Or(s.hooks.Command, "a service")
+	var stmt *string
+	if err := tx.QueryRow(ctx, `SELECT CASE WHEN obj_description(to_regclass($1), 'pg_class') IS DISTINCT FROM $2
+	THEN format('COMMENT ON TABLE %s IS %L', $1::text, $2::text) END`, s.names.table, hookMark+command).Scan(&stmt); err != nil || stmt == nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, *stmt)
+	return err
+}
+
+// HookedBy returns the command that Migrate recorded on the table as the
+// one that changes it with a service's hooks (see Hooks.Command), and false
+// when no Migrate with hooks ran on it.
+func (s *Store[R]) HookedBy(ctx context.Context) (command string, hooked bool, err error) {
+	var comment *string
+	if err := s.pool.QueryRow(ctx, `SELECT obj_description(to_regclass($1), 'pg_class')`, s.names.table).Scan(&comment); err != nil {
+		return "", false, fmt.Errorf("pgstore: read the comment of %s: %w", s.names.table, err)
+	}
+	if comment == nil || !strings.HasPrefix(*comment, hookMark) {
+		return "", false, nil
+	}
+	return strings.TrimPrefix(*comment, hookMark), true, nil
 }
 
 // WithHooks makes the Store run h in the transaction of each claim, settle

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -157,5 +158,59 @@ func TestMigrateLockIsTheTablesWhateverItsSpelling(t *testing.T) {
 			require.NoError(t, tx.Commit(bg))
 			require.NoError(t, <-done, "Migrate(%s) once the lock is free", c.waits)
 		})
+	}
+}
+
+// TestMigrateRecordsTheHooksCommand: a Store with a hook records its
+// Command on the table as it migrates it, once (an up-to-date table and the
+// same comment take no lock: it runs beside a reader), and HookedBy reads it
+// back; a Store without hooks records nothing, nor does it clear the mark.
+// New refuses a Command that would not print as given.
+func TestMigrateRecordsTheHooksCommand(t *testing.T) {
+	pool := testPool(t, 2)
+	table := testTable(t, pool)
+	plain, err := New[w](pool, WithTable(table))
+	require.NoError(t, err)
+	require.NoError(t, plain.Migrate(bg))
+	_, hooked, err := plain.HookedBy(bg)
+	require.NoError(t, err)
+	assert.False(t, hooked, "a table migrated without hooks")
+
+	nop := func(context.Context, pgx.Tx, string, string, driverRecord) error { return nil }
+	for _, c := range []struct {
+		h    Hooks[w]
+		want string
+	}{
+		{Hooks[w]{Released: nop}, "a service"},
+		{Hooks[w]{Claimed: nop, Command: "payoutd ctl"}, "payoutd ctl"},
+		{Hooks[w]{Settled: nop, Command: "it's ctl"}, "it's ctl"},
+	} {
+		st, err := New[w](pool, WithTable(table), WithHooks(c.h))
+		require.NoError(t, err)
+		require.NoError(t, st.Migrate(bg))
+		for _, s := range []*Store[w]{st, plain} {
+			command, hooked, err := s.HookedBy(bg)
+			require.NoError(t, err)
+			assert.True(t, hooked, c.want)
+			assert.Equal(t, c.want, command)
+		}
+		reader, err := pool.Begin(bg)
+		require.NoError(t, err)
+		_, err = reader.Exec(bg, "LOCK TABLE "+table+" IN SHARE UPDATE EXCLUSIVE MODE")
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(bg, 2*time.Second)
+		require.NoError(t, st.Migrate(ctx), "Migrate of a table marked already takes no lock")
+		cancel()
+		require.NoError(t, reader.Rollback(bg))
+	}
+	require.NoError(t, plain.Migrate(bg))
+	command, hooked, err := plain.HookedBy(bg)
+	require.NoError(t, err)
+	assert.True(t, hooked, "a Migrate without hooks leaves the mark")
+	assert.Equal(t, "it's ctl", command)
+
+	for _, bad := range []string{strings.Repeat("c", 201), "\xff", "a\x00b"} {
+		_, err := New[w](pool, WithHooks(Hooks[w]{Released: nop, Command: bad}))
+		require.ErrorContains(t, err, "Hooks.Command", "%q", bad)
 	}
 }

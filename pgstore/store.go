@@ -51,6 +51,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -187,6 +188,9 @@ func New[R any](pool *pgxpool.Pool, opts ...Option) (*Store[R], error) {
 		h, ok := o.hooks.(Hooks[R])
 		if !ok {
 			return nil, fmt.Errorf("pgstore: WithHooks of %T for a Store of %T outcomes", o.hooks, *new(R))
+		}
+		if len(h.Command) > 200 || !utf8.ValidString(h.Command) || strings.ContainsRune(h.Command, 0) {
+			return nil, errors.New("pgstore: Hooks.Command is over 200 bytes, not UTF-8, or holds a NUL byte")
 		}
 		st.hooks = h
 		st.grouped = st.grouped && h.Claimed == nil && h.Settled == nil
@@ -442,6 +446,9 @@ func (s *Store[R]) MigrateReport(ctx context.Context) (Migration, error) {
 		if exists {
 			done = Updated
 		}
+	}
+	if err := s.markHooked(ctx, tx); err != nil {
+		return UpToDate, fmt.Errorf("pgstore: migrate %s: record its hooks: %w", s.names.table, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return UpToDate, fmt.Errorf("pgstore: migrate: %w", err)

@@ -192,7 +192,8 @@
 // must serve them only behind real authentication of its operators. `payoutd
 // ctl` is the same from a shell, on payoutd's database (payoutd ctl -h), and
 // moves the withdrawals' states with its resolves and releases as payoutd
-// does (ctl.WithHooks): prefer it to submissionsctl, which leaves them.
+// does (ctl.WithHooks); submissionsctl, which would leave them, refuses to
+// resolve or release on payoutd's table (its Migrate records "payoutd ctl" there).
 //
 // GET /admin/inflight lists the keys in flight, oldest first, in every tenant:
 // 200 and [{"tenant", "key", "withdrawal_id", "amount", "currency",

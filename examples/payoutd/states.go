@@ -63,6 +63,7 @@ func stateHooks[R any](outcome func(R) (Withdrawal, error), f fault) pgstore.Hoo
 		return out, nil
 	}
 	return pgstore.Hooks[R]{
+		Command: "payoutd ctl", // recorded on the table: submissionsctl refuses to change it
 		Claimed: func(ctx context.Context, tx pgx.Tx, tenant, _ string, rec driver.Record[R]) error {
 			to := Withdrawal{State: stateSending}
 			if rec.Done {

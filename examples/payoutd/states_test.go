@@ -18,6 +18,7 @@ import (
 	"github.com/idemledger/submissions"
 	"github.com/idemledger/submissions/idemhttp"
 	"github.com/idemledger/submissions/pgstore"
+	"github.com/idemledger/submissions/pgstore/ctl"
 )
 
 // agree checks that tenant's withdrawal id in payoutd_withdrawals and the
@@ -241,4 +242,39 @@ func TestStatesFromBefore(t *testing.T) {
 	res := do(t, "POST", a.url+"/admin/claims/k-old/release?force=true", "-", "-", "")
 	require.Equal(t, http.StatusOK, res.status, "the hooks take over: %s", res.body)
 	assert.Equal(t, stateApproved, agree(t, pool, "", inFlight))
+}
+
+// payoutd's start records on the ledger's table that payoutd ctl changes
+// it: submissionsctl (ctl without payoutd's hooks) refuses to release or
+// resolve there, and says what to run, and the key stays claimed, its
+// withdrawal sending; payoutd ctl releases it, and the withdrawal is
+// approved again.
+func TestSubmissionsctlRefusesPayoutdsTable(t *testing.T) {
+	db := testDatabase(t)
+	pool := testPool(t, db)
+	a := serve(t, db, newRail(0, 0, 0, 0, 0), 10*time.Second)
+	command, hooked, err := mustStore(t, pool).HookedBy(t.Context())
+	require.NoError(t, err)
+	require.True(t, hooked)
+	require.Equal(t, "payoutd ctl", command)
+
+	id := create(t, a, "")
+	old := submissions.NewWithStore[Withdrawal](mustStore(t, pool))
+	_, err = old.Submit(t.Context(), "k-1", Withdrawal{ID: id, Amount: "25.00", Currency: "USDC", Destination: "0xdest"},
+		func(context.Context, Withdrawal) (Withdrawal, error) { return Withdrawal{}, errNoAnswer })
+	require.ErrorIs(t, err, submissions.ErrOutcomeUnknown)
+	serve(t, db, newRail(0, 0, 0, 0, 0), 10*time.Second) // a start brings the row in line with the claim
+	require.Equal(t, stateSending, agree(t, pool, "", id))
+
+	var stdout, stderr bytes.Buffer
+	code := ctl.Run(t.Context(), []string{"--database-url", db, "release", "k-1", "--yes", "--force"}, strings.NewReader(""), &stdout, &stderr)
+	require.Equal(t, 1, code, "submissionsctl: %s", stderr.String())
+	assert.Contains(t, stderr.String(), "run payoutd ctl instead (nothing changed)")
+	assert.Equal(t, stateSending, agree(t, pool, "", id), "nothing changed")
+
+	stdout.Reset()
+	stderr.Reset()
+	code = runCtl(t.Context(), []string{"--database-url", db, "release", "k-1", "--yes", "--force"}, strings.NewReader(""), &stdout, &stderr)
+	require.Equal(t, 0, code, "payoutd ctl: %s", stderr.String())
+	assert.Equal(t, stateApproved, agree(t, pool, "", id))
 }

@@ -312,6 +312,25 @@ func (e *env) show(res admin.Result) error {
 	return nil
 }
 
+// openToChange is open, for a resolve or a release: it refuses a table
+// that Migrate recorded as changed with a service's hooks when this
+// command runs none (see pgstore.Hooks.Command).
+func (e *env) openToChange(ctx context.Context) (*ledger, error) {
+	l, err := e.open(ctx)
+	if err != nil || e.o.hooks != nil {
+		return l, err
+	}
+	command, hooked, err := l.store.HookedBy(ctx)
+	if err == nil && hooked {
+		err = fmt.Errorf("table %s is changed with the hooks of %s, which this command does not run: run %s instead (nothing changed)", e.g.table.value, command, command)
+	}
+	if err != nil {
+		l.pool.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
 // lookupToShow returns the record of tenant's key to show before an action,
 // or false when it has none (or the key is not valid: the action says so);
 // an error when it cannot be read, so that nothing is done unseen.
@@ -342,7 +361,7 @@ func setupResolve(e *env, fs *flag.FlagSet) func(context.Context, []string) erro
 		if err != nil {
 			return err
 		}
-		l, err := e.open(ctx)
+		l, err := e.openToChange(ctx)
 		if err != nil {
 			return err
 		}
@@ -400,7 +419,7 @@ func setupRelease(e *env, fs *flag.FlagSet) func(context.Context, []string) erro
 	token := tokenFlag(fs)
 	force := forceFlag(fs, "release")
 	return func(ctx context.Context, args []string) error {
-		l, err := e.open(ctx)
+		l, err := e.openToChange(ctx)
 		if err != nil {
 			return err
 		}

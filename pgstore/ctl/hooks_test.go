@@ -132,4 +132,32 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, name, tenant, key, rec.Fingerprint.Wit
 		require.Equal(t, exitOK, code, stderr)
 		assert.Empty(t, read(t))
 	})
+
+	// Last: it marks the table.
+	t.Run("a table migrated with hooks refuses a command without them", func(t *testing.T) {
+		named := hooks
+		named.Command = "payoutd ctl"
+		var stdout, stderr bytes.Buffer
+		args := []string{"--database-url", f.url, "--table", f.table, "migrate"}
+		require.Equal(t, exitOK, Run(context.Background(), args, strings.NewReader(""), &stdout, &stderr, WithHooks(named)), stderr.String())
+		p := f.leaveInFlight(t, "", "k5", newPayout(randomID()))
+		sent := p
+		sent.State, sent.Tx = "sent", "tx_5"
+		for _, args := range [][]string{{"resolve", "k5", "--outcome-file", writeOutcome(t, sent)}, {"release", "k5", "--yes"}} {
+			code, _, stderr := f.ctl(t, "", args...)
+			assert.Equal(t, exitFailed, code, "%s: %s", args[0], stderr)
+			assert.Contains(t, stderr, "changed with the hooks of payoutd ctl", args[0])
+			assert.Contains(t, stderr, "run payoutd ctl instead (nothing changed)", args[0])
+			code, stdout, stderr := f.ctl(t, "", "show", "k5")
+			require.Equal(t, exitOK, code, stderr)
+			assert.Regexp(t, `state:\s+in flight\n`, stdout, "%s: nothing changed", args[0])
+		}
+		assert.Empty(t, read(t), "no hook ran")
+
+		stdout.Reset()
+		stderr.Reset()
+		args = []string{"--database-url", f.url, "--table", f.table, "release", "k5", "--yes"}
+		require.Equal(t, exitOK, Run(context.Background(), args, strings.NewReader(""), &stdout, &stderr, WithHooks(named)), stderr.String())
+		assert.Len(t, read(t), 1, "the command with the hooks ran them")
+	})
 }

@@ -141,7 +141,7 @@ func member(members map[string]json.RawMessage, name string) (string, error) {
 // the command's Store of records: each gets the record with its outcome's
 // bytes.
 func rawHooks(h pgstore.Hooks[json.RawMessage]) pgstore.Hooks[record] {
-	return pgstore.Hooks[record]{Claimed: rawHook(h.Claimed), Settled: rawHook(h.Settled), Released: rawHook(h.Released)}
+	return pgstore.Hooks[record]{Claimed: rawHook(h.Claimed), Settled: rawHook(h.Settled), Released: rawHook(h.Released), Command: h.Command}
 }
 
 type hook[R any] func(ctx context.Context, tx pgx.Tx, tenant, key string, rec driver.Record[R]) error
