@@ -14,6 +14,7 @@ type Option interface {
 type options struct {
 	logger   *slog.Logger
 	observer observe.Observer
+	check    any // a func(R) error of the ledger's R, or nil
 }
 
 type optionFunc func(*options)
@@ -37,6 +38,21 @@ func WithLogger(l *slog.Logger) Option {
 // observer when o is nil, is none.
 func WithObserver(o observe.Observer) Option {
 	return optionFunc(func(opts *options) { opts.observer = o })
+}
+
+// WithOutcomeCheck sets the service's rule for an outcome recorded by hand
+// (say, a "sent" without its transaction): the ledger's Resolve and every
+// Admin action of it refuse an outcome for which check returns an error,
+// writing nothing (admin.ErrInvalidOutcome, rule admin.RuleInvalidOutcome),
+// as they refuse an invalid fingerprint. Send's answers are the rail's,
+// and are not checked. R must be the ledger's outcome type: New and
+// NewWithStore panic on another.
+func WithOutcomeCheck[R Fingerprinter](check func(outcome R) error) Option {
+	return optionFunc(func(o *options) {
+		if check != nil {
+			o.check = check
+		}
+	})
 }
 
 func buildOptions(opts []Option) options {

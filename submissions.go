@@ -2,6 +2,7 @@ package submissions
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 
 	"github.com/idemledger/submissions/admin"
@@ -34,14 +35,23 @@ func New[R Fingerprinter](opts ...Option) *Submissions[R] {
 // NewWithStore returns a ledger whose state lives in store, such as the
 // PostgreSQL store of the pgstore module. Ledgers in several processes may
 // share one store: its atomic decisions keep each withdrawal to one send
-// among all of them. It panics if store is nil.
+// among all of them. It panics if store is nil, or if WithOutcomeCheck is
+// given a check of another type than R.
 func NewWithStore[R Fingerprinter](store driver.Store[R], opts ...Option) *Submissions[R] {
 	if store == nil {
 		panic("submissions: NewWithStore with a nil Store")
 	}
 	o := buildOptions(opts)
+	l := engine.New(store, o.logger, o.observer)
+	if o.check != nil {
+		check, ok := o.check.(func(R) error)
+		if !ok {
+			panic(fmt.Sprintf("submissions: WithOutcomeCheck of %T for a ledger of %T outcomes", o.check, *new(R)))
+		}
+		l.SetCheck(check)
+	}
 	s := &Submissions[R]{}
-	s.l.Store(engine.New(store, o.logger, o.observer))
+	s.l.Store(l)
 	return s
 }
 
@@ -141,7 +151,7 @@ func (s *Submissions[R]) SubmitOrReplay(ctx context.Context, key string, req R,
 
 // Resolve records the outcome of a key whose send ended without one: "I
 // looked at the rail, here is what happened". It decides as
-// Admin().Resolve does with Force (the service's own Resolve is the rail's
+// Admin().Resolve does (WithOutcomeCheck's rule included) with Force (the service's own Resolve is the rail's
 // word) and ClaimUnknown, and returns that Result's Err: nil when the
 // outcome is recorded, or was already; ErrIdempotencyConflict when the key
 // has another outcome or withdrawal (naming the fields that differ), or,
@@ -165,8 +175,10 @@ func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) err
 // Release drops a key whose send ended without an outcome: "I looked at the
 // rail, nothing was sent". The withdrawal is free again, for this key or
 // another. It decides as Admin().Release does without Force, and returns
-// that Result's Err: nil, also for an unknown key; ErrIdempotencyConflict
-// when the key has an outcome; ErrSubmissionInFlight while a send of the
+// that Result's Err: nil, also for an unknown key (which the Admin
+// refuses, RuleUnknownKey); ErrIdempotencyConflict when the key has an
+// outcome, or an answer of its send that was not recorded (wrapping
+// ErrAbandoned: money moved, and no door releases it); ErrSubmissionInFlight while a send of the
 // claim is running in this ledger, or is not known to have ended (it may
 // run in another process: an operator who has looked at the rail releases
 // it with Admin().Release and Force); ErrPruned when the key's record was
@@ -177,7 +189,13 @@ func (s *Submissions[R]) Resolve(ctx context.Context, key string, outcome R) err
 // few times, admin.ErrClaimChanged.
 func (s *Submissions[R]) Release(ctx context.Context, key string) error {
 	a, t := s.Admin(), admin.Target{Tenant: s.tenant, Key: key}
-	return again(func() admin.Result { return a.Release(ctx, t) })
+	return again(func() admin.Result {
+		r := a.Release(ctx, t)
+		if r.Rule == admin.RuleUnknownKey { // refused at an operator's door; here, nothing to release
+			r.Err = nil
+		}
+		return r
+	})
 }
 
 // again runs an action on a key's claim, whatever its token, and runs it

@@ -203,7 +203,8 @@ func (a *Admin[R]) ResolveWithAnswer(ctx context.Context, t Target) Result {
 // Release drops t's claim, freeing its withdrawal to be sent again: "I
 // looked at the rail, nothing was sent". A claim this ledger is sending is
 // refused; a claim no send is known to have ended needs t.Force. A key
-// without a record is Unchanged: there is nothing to release.
+// without a record in t's tenant is refused, as Resolve refuses it
+// (RuleUnknownKey): it was released already, or never claimed there.
 func (a *Admin[R]) Release(ctx context.Context, t Target) Result {
 	r := Result{Action: "release", Claim: Claim{Tenant: t.Tenant, Key: t.Key}}
 	found, ok := a.look(ctx, t, &r)
@@ -213,9 +214,7 @@ func (a *Admin[R]) Release(ctx context.Context, t Target) Result {
 	rec := found.Record
 	switch {
 	case !found.Found:
-		r.Decision = Unchanged
-		r.Message = fmt.Sprintf("request key %s has no claim in %s: nothing to release, nothing changed", r.Claim.Key, tenantName(t.Tenant))
-		return r
+		return a.unknown(&r, t)
 	case t.Token != 0 && rec.Token != t.Token:
 		return r.tokenDiffers(t.Token)
 	case rec.Pruned:
@@ -294,21 +293,25 @@ func (a *Admin[R]) claimUnknown(ctx context.Context, r *Result, outcome R) Resul
 
 // unknown decides an action on a key without a record.
 func (a *Admin[R]) unknown(r *Result, t Target) Result {
-	msg := fmt.Sprintf("request key %s has no record in %s: nothing changed", r.Claim.Key, tenantName(t.Tenant))
-	return r.refuse(RuleUnknownKey, "key", fmt.Errorf("%w: %s", engine.ErrUnknownKey, r.Claim.Key), msg,
+	msg := fmt.Sprintf("request key %s has no record in %s (never claimed there, or released): nothing changed", r.Claim.Key, tenantName(t.Tenant))
+	return r.refuse(RuleUnknownKey, "key", fmt.Errorf("%w: %s in %s", engine.ErrUnknownKey, r.Claim.Key, tenantName(t.Tenant)), msg,
 		"check the key and the tenant; list the keys in flight")
 }
 
 // mayRun refuses, unless t.Force, an action on found's claim in flight
 // whose send is not known to have ended: risk says what acting would risk.
-// Its words are the same whether the send runs in this ledger or may run
-// in another, so that every door, in any process, says the same.
+// Its rule is the same whether the send runs in this ledger or may run in
+// another; its words say which, as the listing does.
 func mayRun[R any](r Result, found engine.Looked[R], t Target, risk string) (Result, bool) {
 	if t.Force || found.Record.Abandoned && !found.Sending {
 		return r, false
 	}
+	where := "is not known to have ended (it may be running in another process)"
+	if found.Sending {
+		where = "is running in this process"
+	}
 	return r.refuse(RuleSendMayRun, "", fmt.Errorf("%w: request key %s", engine.ErrSubmissionInFlight, r.Claim.Key),
-		fmt.Sprintf("request key %s's send is not known to have ended (it may be running, in this process or another): %s; nothing changed", r.Claim.Key, risk),
+		fmt.Sprintf("request key %s's send %s: %s; nothing changed", r.Claim.Key, where, risk),
 		"look at the rail; once it shows the transfer's final state, act again with force"), true
 }
 

@@ -91,7 +91,9 @@ func (a *Admin[R]) WithMinRetention(d time.Duration) *Admin[R] {
 // WithOutcomeCheck returns a copy of a whose Resolve, ResolveClaim and
 // Reconcile refuse an outcome for which check returns an error (the
 // service's own rules: say, a "sent" without its transaction), as they
-// refuse an invalid fingerprint; nil checks nothing more. a is unchanged.
+// refuse an invalid fingerprint; nil checks nothing more. It adds to the
+// ledger's own rule (submissions.WithOutcomeCheck), which runs first. a is
+// unchanged.
 func (a *Admin[R]) WithOutcomeCheck(check func(outcome R) error) *Admin[R] {
 	return (*Admin[R])(a.state().WithCheck(check))
 }
@@ -274,7 +276,7 @@ func (a *Admin[R]) ReleaseClaim(ctx context.Context, c Claim) error {
 		return err
 	}
 	r := a.Release(ctx, Target{Tenant: c.Tenant, Key: c.Key, Token: c.Token})
-	if r.Decision == Unchanged { // no record: the claim is gone
+	if r.Rule == RuleUnknownKey { // no record: the claim is gone
 		return fmt.Errorf("%w: request key %s: the claim is no longer in the store under its token", ErrClaimChanged, r.Claim.Key)
 	}
 	return r.Err

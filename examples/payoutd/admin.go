@@ -65,9 +65,10 @@ func checkOutcomeJSON(raw []byte) error {
 	return checkOutcome(out)
 }
 
-// admin returns the ledger's operator side, with payoutd's outcome rule.
+// admin returns the ledger's operator side, with payoutd's outcome rule
+// (the ledger's: submissions.WithOutcomeCheck).
 func (s *server) admin() *admin.Admin[Withdrawal] {
-	return s.ledger.Admin().WithOutcomeCheck(checkOutcome)
+	return s.ledger.Admin()
 }
 
 // adminInFlight handles GET /admin/inflight: the oldest keys in flight, in

@@ -157,9 +157,9 @@ func TestAdminEndpoints(t *testing.T) {
 
 		t.Run("release", func(t *testing.T) {
 			res := do(t, "POST", a.url+"/admin/claims/k2/release", "-", "-", "")
-			assert.Equal(t, http.StatusOK, res.status, "another tenant's key: %s", res.body)
-			assert.Contains(t, string(res.body), `"decision":"unchanged"`)
-			assert.Contains(t, string(res.body), "request key k2 has no claim in the default tenant: nothing to release, nothing changed")
+			assert.Equal(t, http.StatusNotFound, res.status, "another tenant's key: %s", res.body)
+			assert.Contains(t, string(res.body), `"rule":"unknown-key"`)
+			assert.Contains(t, string(res.body), "request key k2 has no record in the default tenant (never claimed there, or released): nothing changed")
 			assert.Len(t, inFlight(t, a, "?tenant=acme"), 1, "the other tenant's claim stands")
 
 			token := inFlight(t, a, "?tenant=acme")[0].Token

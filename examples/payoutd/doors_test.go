@@ -23,13 +23,20 @@ import (
 	"github.com/idemledger/submissions/admin"
 	"github.com/idemledger/submissions/driver"
 	"github.com/idemledger/submissions/pgstore"
+	"github.com/idemledger/submissions/pgstore/ctl"
 )
 
-// An operator's three doors to one ledger: the library (package admin,
-// with payoutd's outcome rule), payoutd's admin API, and `payoutd ctl` on
-// the same database. Each action below runs through each door, on a key set
-// up the same way in a tenant of the door's own, and every door must decide
-// the same and say the same words.
+// An operator's doors to one ledger: the library (package admin, with
+// payoutd's outcome rule), payoutd's admin API, and `payoutd ctl` on the
+// same database. Each action below runs through each door, on a key set up
+// the same way in a tenant of the door's own, and every door must decide
+// the same and say the same words (but where the send runs: a door in
+// another process cannot see it). Two more doors decide by the same
+// function and render less: the service's own Resolve and Release (Force
+// and ClaimUnknown for a resolve, no Force for a release, the current
+// claim: serviceOK says whether each returns nil), and submissionsctl,
+// which runs none of payoutd's hooks and so refuses every action on its
+// table, changing nothing.
 
 // doorAnswer is what an operator's action got at one door.
 type doorAnswer struct {
@@ -63,6 +70,11 @@ type doorCase struct {
 	status  int    // HTTP
 	exit    int    // the command line
 	message string // a regular expression; KEY is the key, TENANT the door's tenant
+	// elsewhere is message at a door in another process (payoutd ctl),
+	// when it differs.
+	elsewhere string
+	// serviceOK: the service's own Resolve or Release returns nil.
+	serviceOK bool
 }
 
 // sentNow is w as the rail shows it sent, under tx.
@@ -119,6 +131,19 @@ func running(t *testing.T, d doorSetup, key string, w Withdrawal) driver.Token {
 	return tokenOf(t, d.s, key)
 }
 
+// answered leaves key claimed by a send whose answer, for another amount,
+// was not recorded: the claim is marked answered.
+func answered(t *testing.T, d doorSetup, key string, w Withdrawal) driver.Token {
+	t.Helper()
+	_, err := d.s.Submit(context.Background(), key, w, func(_ context.Context, w Withdrawal) (Withdrawal, error) {
+		w = sentNow("tx_odd")(w)
+		w.Amount = "26"
+		return w, nil
+	})
+	require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
+	return tokenOf(t, d.s, key)
+}
+
 // tokenOf returns the token of key's claim in flight in s's tenant.
 func tokenOf(t *testing.T, s *submissions.Submissions[Withdrawal], key string) driver.Token {
 	t.Helper()
@@ -134,9 +159,9 @@ func tokenOf(t *testing.T, s *submissions.Submissions[Withdrawal], key string) d
 }
 
 var doorCases = []doorCase{
-	{name: "resolve", action: "resolve", setup: abandoned, outcome: sentNow("tx_op"),
+	{name: "resolve", serviceOK: true, action: "resolve", setup: abandoned, outcome: sentNow("tx_op"),
 		ok: true, status: 200, exit: 0, message: `^resolved request key KEY \(token N\): its retries get this outcome$`},
-	{name: "resolve again", action: "resolve", setup: resolvedFirst, outcome: sentNow("tx_first"),
+	{name: "resolve again", serviceOK: true, action: "resolve", setup: resolvedFirst, outcome: sentNow("tx_first"),
 		ok: true, status: 200, exit: 0, message: `^request key KEY already has this outcome: nothing changed$`},
 	{name: "resolve with another outcome", action: "resolve", setup: resolvedFirst, outcome: sentNow("tx_other"),
 		status: 409, exit: 1, message: `^request key KEY has another outcome: nothing changed \(an outcome is never replaced\)$`},
@@ -152,16 +177,17 @@ var doorCases = []doorCase{
 	{name: "resolve sent without its tx", action: "resolve", setup: abandoned,
 		outcome: func(w Withdrawal) Withdrawal { w.State = stateSent; return w },
 		status:  422, exit: 1, message: `^the outcome is not valid: state "sent" without its tx: nothing changed$`},
-	{name: "resolve of a running send", action: "resolve", setup: running, outcome: sentNow("tx_op"),
-		status: 409, exit: 1, message: `^request key KEY's send is not known to have ended \(it may be running, in this process or another\): resolving it now records your outcome while the rail may still answer otherwise; nothing changed$`},
-	{name: "resolve of a running send, forced", action: "resolve", setup: running, outcome: sentNow("tx_op"), force: true,
+	{name: "resolve of a running send", serviceOK: true, action: "resolve", setup: running, outcome: sentNow("tx_op"),
+		status: 409, exit: 1, message: `^request key KEY's send is running in this process: resolving it now records your outcome while the rail may still answer otherwise; nothing changed$`,
+		elsewhere: `^request key KEY's send is not known to have ended \(it may be running in another process\): resolving it now records your outcome while the rail may still answer otherwise; nothing changed$`},
+	{name: "resolve of a running send, forced", serviceOK: true, action: "resolve", setup: running, outcome: sentNow("tx_op"), force: true,
 		ok: true, status: 200, exit: 0, message: `^resolved request key KEY \(token N\): its retries get this outcome`},
-	{name: "resolve of an unknown key", action: "resolve", setup: func(*testing.T, doorSetup, string, Withdrawal) driver.Token { return 0 },
-		outcome: sentNow("tx_op"), status: 404, exit: 1, message: `^request key KEY has no record in TENANT: nothing changed$`},
-	{name: "resolve with a wrong token", action: "resolve", setup: abandoned, outcome: sentNow("tx_op"),
+	{name: "resolve of an unknown key", serviceOK: true, action: "resolve", setup: func(*testing.T, doorSetup, string, Withdrawal) driver.Token { return 0 },
+		outcome: sentNow("tx_op"), status: 404, exit: 1, message: `^request key KEY has no record in TENANT \(never claimed there, or released\): nothing changed$`},
+	{name: "resolve with a wrong token", serviceOK: true, action: "resolve", setup: abandoned, outcome: sentNow("tx_op"),
 		token:  func(tok driver.Token) driver.Token { return tok + 7 },
 		status: 409, exit: 1, message: `^request key KEY's claim is token N, not N: nothing changed$`},
-	{name: "release", action: "release", setup: abandoned,
+	{name: "release", serviceOK: true, action: "release", setup: abandoned,
 		ok: true, status: 200, exit: 0, message: `^released request key KEY \(token N\): withdrawal wd_\w+ may be sent again$`},
 	{name: "release of a done key", action: "release", setup: settled,
 		status: 409, exit: 1, message: `^request key KEY has an outcome, so its withdrawal was settled: a key with an outcome is never released; nothing changed$`},
@@ -173,14 +199,16 @@ var doorCases = []doorCase{
 		require.Positive(t, n)
 		return 0
 	}, status: 410, exit: 1, message: `^request key KEY was settled, then pruned: its outcome is no longer kept, and it is never resolved or released; nothing changed$`},
-	{name: "release with a wrong token", action: "release", setup: abandoned,
+	{name: "release with a wrong token", serviceOK: true, action: "release", setup: abandoned,
 		token:  func(tok driver.Token) driver.Token { return tok + 7 },
 		status: 409, exit: 1, message: `^request key KEY's claim is token N, not N: nothing changed$`},
 	{name: "release of an empty key", action: "release", key: " ", setup: abandoned,
 		status: 400, exit: 1, message: `^the request key is not valid: invalid request key: empty: nothing changed$`},
-	{name: "release of an unknown key", action: "release", setup: func(*testing.T, doorSetup, string, Withdrawal) driver.Token { return 0 },
-		ok: true, status: 200, exit: 0, message: `^request key KEY has no claim in TENANT: nothing to release, nothing changed$`},
-	{name: "release of a send not known to have ended", action: "release", setup: claimOnly, status: 409, exit: 1, message: `^request key KEY's send is not known to have ended \(it may be running, in this process or another\): releasing it could send the withdrawal twice; nothing changed$`},
+	{name: "release of an unknown key", serviceOK: true, action: "release", setup: func(*testing.T, doorSetup, string, Withdrawal) driver.Token { return 0 },
+		status: 404, exit: 1, message: `^request key KEY has no record in TENANT \(never claimed there, or released\): nothing changed$`},
+	{name: "release of a send not known to have ended", action: "release", setup: claimOnly, status: 409, exit: 1, message: `^request key KEY's send is not known to have ended \(it may be running in another process\): releasing it could send the withdrawal twice; nothing changed$`},
+	{name: "release of an answered claim, forced", action: "release", force: true, setup: answered,
+		status: 409, exit: 1, message: `^request key KEY's send got an answer from the rail that was not recorded: money moved, so the claim is never released, with force or without; nothing changed$`},
 	{name: "release of a send not known to have ended, forced", action: "release", force: true, setup: claimOnly, ok: true, status: 200, exit: 0, message: `^released request key KEY \(token N\): withdrawal wd_\w+ may be sent again$`},
 }
 
@@ -241,21 +269,28 @@ func TestOperatorDoorsDecideAndSayAlike(t *testing.T) {
 			msg, _ := v["message"].(string)
 			return doorAnswer{ok: res.status == http.StatusOK, code: res.status, message: msg}
 		}},
-		{"command line", func(t *testing.T, c doorCase, tenant, key string, token driver.Token, out Withdrawal) doorAnswer {
-			args := []string{"--database-url", db, "--tenant", tenant, c.action, key, "--yes"}
+		{"service", func(t *testing.T, c doorCase, tenant, key string, _ driver.Token, out Withdrawal) doorAnswer {
+			s := a.srv.ledger.Tenant(tenant)
+			var err error
 			if c.action == "resolve" {
-				raw, err := json.Marshal(out)
-				require.NoError(t, err)
-				file := filepath.Join(t.TempDir(), "outcome.json")
-				require.NoError(t, os.WriteFile(file, raw, 0o600))
-				args = []string{"--database-url", db, "--tenant", tenant, c.action, key, "--outcome-file", file}
+				err = s.Resolve(context.Background(), key, out)
+			} else {
+				err = s.Release(context.Background(), key)
 			}
-			if token != 0 {
-				args = append(args, "--token", strconv.FormatUint(uint64(token), 10))
+			if err != nil {
+				requireRefused(t, err)
+				return doorAnswer{message: err.Error()}
 			}
-			if c.force {
-				args = append(args, "--force")
-			}
+			return doorAnswer{ok: true}
+		}},
+		{"submissionsctl", func(t *testing.T, c doorCase, tenant, key string, token driver.Token, out Withdrawal) doorAnswer {
+			args := ctlArgs(t, c, db, tenant, key, token, out)
+			var stdout, stderr bytes.Buffer
+			code := ctl.Run(context.Background(), args, strings.NewReader(""), &stdout, &stderr)
+			return doorAnswer{ok: code == 0, code: code, message: strings.TrimSpace(stderr.String())}
+		}},
+		{"command line", func(t *testing.T, c doorCase, tenant, key string, token driver.Token, out Withdrawal) doorAnswer {
+			args := ctlArgs(t, c, db, tenant, key, token, out)
 			var stdout, stderr bytes.Buffer
 			code := runCtl(context.Background(), args, strings.NewReader(""), &stdout, &stderr)
 			if code == 0 {
@@ -293,9 +328,20 @@ func TestOperatorDoorsDecideAndSayAlike(t *testing.T) {
 				if c.outcome != nil {
 					out = c.outcome(w)
 				}
+				before := agree(t, pool, tenant, w.ID)
 				got := d.act(t, c, tenant, key, token, out)
-				assert.Equal(t, c.ok, got.ok, "%s: done", d.name)
 				state := agree(t, pool, tenant, w.ID)
+				switch d.name {
+				case "service":
+					assert.Equal(t, c.serviceOK, got.ok, "%s: done: %s", d.name, got.message)
+				case "submissionsctl":
+					assert.Equal(t, 1, got.code, "%s: exit code", d.name)
+					assert.Contains(t, got.message, "is changed with the hooks of payoutd ctl, which this command does not run: run payoutd ctl instead (nothing changed)", d.name)
+					assert.Equal(t, before, state, "%s: nothing changed", d.name)
+					continue
+				default:
+					assert.Equal(t, c.ok, got.ok, "%s: done", d.name)
+				}
 				if got.ok && c.action == "release" && cur != 0 {
 					assert.Equal(t, stateApproved, state, "%s: released, approved again", d.name)
 				}
@@ -308,12 +354,21 @@ func TestOperatorDoorsDecideAndSayAlike(t *testing.T) {
 				case "command line":
 					assert.Equal(t, c.exit, got.code, "%s: exit code", d.name)
 				}
-				want := strings.NewReplacer("KEY", regexp.QuoteMeta(strings.TrimSpace(key)), "TENANT", `tenant "`+tenant+`"`, "token N", `token \d+`, "not N", `not \d+`).Replace(c.message)
+				if d.name == "service" {
+					continue
+				}
+				message := c.message
+				if d.name == "command line" && c.elsewhere != "" {
+					message = c.elsewhere
+				}
+				want := strings.NewReplacer("KEY", regexp.QuoteMeta(strings.TrimSpace(key)), "TENANT", `tenant "`+tenant+`"`, "token N", `token \d+`, "not N", `not \d+`).Replace(message)
 				assert.Regexp(t, want, got.message, "%s: words", d.name)
 				said[d.name] = strings.ReplaceAll(strings.ReplaceAll(tokens.ReplaceAllString(got.message, "token N"), w.ID, "WD"), tenant, "TENANT")
 			}
 			assert.Equal(t, said["library"], said["http"], "the library and the admin API say the same")
-			assert.Equal(t, said["library"], said["command line"], "the library and the command line say the same")
+			if c.elsewhere == "" {
+				assert.Equal(t, said["library"], said["command line"], "the library and the command line say the same")
+			}
 		})
 	}
 }
@@ -385,5 +440,34 @@ func TestOperatorDoorsListAlike(t *testing.T) {
 				assert.Contains(t, stdout.String(), fmt.Sprintf("%d keys in flight", len(c.want)))
 			}
 		})
+	}
+}
+
+// ctlArgs are the command line of c's action at a ctl door.
+func ctlArgs(t *testing.T, c doorCase, db, tenant, key string, token driver.Token, out Withdrawal) []string {
+	t.Helper()
+	args := []string{"--database-url", db, "--tenant", tenant, c.action, key, "--yes"}
+	if c.action == "resolve" {
+		raw, err := json.Marshal(out)
+		require.NoError(t, err)
+		file := filepath.Join(t.TempDir(), "outcome.json")
+		require.NoError(t, os.WriteFile(file, raw, 0o600))
+		args = []string{"--database-url", db, "--tenant", tenant, c.action, key, "--outcome-file", file}
+	}
+	if token != 0 {
+		args = append(args, "--token", strconv.FormatUint(uint64(token), 10))
+	}
+	if c.force {
+		args = append(args, "--force")
+	}
+	return args
+}
+
+// requireRefused stops t unless err says that this call sent nothing and
+// changed nothing: a refusal, not a failure.
+func requireRefused(t *testing.T, err error) {
+	t.Helper()
+	for _, failed := range []error{submissions.ErrStoreFailed, submissions.ErrOutcomeUnknown, submissions.ErrOutcomeNotRecorded} {
+		require.NotErrorIs(t, err, failed)
 	}
 }

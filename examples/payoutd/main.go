@@ -220,7 +220,7 @@
 // Their decisions are package admin's, in its words (admin.Result), the
 // same as payoutd ctl's: 200 and {"action", "decision", "message", "state",
 // "claim", "outcome"} when the ledger is as asked ("changed", or
-// "unchanged": the same outcome again, a release of a key without a claim);
+// "unchanged": the same outcome again);
 // otherwise a problem of type urn:payoutd:problem:RULE whose detail is the
 // message, with "next" (what to do) and the same members: 400 invalid-key,
 // invalid-tenant; 404 unknown-key; 409 token-differs, field-differs,

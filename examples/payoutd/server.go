@@ -114,7 +114,7 @@ func newServer(ctx context.Context, cfg config) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := []submissions.Option{submissions.WithLogger(s.log), submissions.WithObserver(obs)}
+	opts := []submissions.Option{submissions.WithLogger(s.log), submissions.WithObserver(obs), submissions.WithOutcomeCheck(checkOutcome)}
 	if cfg.Pool == nil {
 		s.store = submissions.NewMemoryStore[Withdrawal]()
 		s.ledger = submissions.NewWithStore(s.store, opts...)

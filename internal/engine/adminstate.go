@@ -17,7 +17,7 @@ type AdminState[R driver.Fingerprinter] struct {
 
 // NewAdminState returns the state of an Admin of l.
 func NewAdminState[R driver.Fingerprinter](l *Ledger[R], minRetention time.Duration) *AdminState[R] {
-	return &AdminState[R]{l: l, minRetention: minRetention}
+	return &AdminState[R]{l: l, minRetention: minRetention, check: l.check}
 }
 
 // Ledger returns the ledger the Admin acts on.
@@ -36,9 +36,19 @@ func (s *AdminState[R]) WithMinRetention(d time.Duration) *AdminState[R] {
 	return &c
 }
 
-// WithCheck returns a copy of s with the check of an outcome check.
+// WithCheck returns a copy of s whose check of an outcome is s's, then
+// check.
 func (s *AdminState[R]) WithCheck(check func(R) error) *AdminState[R] {
 	c := *s
-	c.check = check
+	if first := s.check; first != nil && check != nil {
+		c.check = func(outcome R) error {
+			if err := first(outcome); err != nil {
+				return err
+			}
+			return check(outcome)
+		}
+	} else if check != nil {
+		c.check = check
+	}
 	return &c
 }

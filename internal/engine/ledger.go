@@ -30,7 +30,12 @@ type Ledger[R driver.Fingerprinter] struct {
 	observer observe.Observer   // nil for none
 	nilable  bool               // R is a type with a nil value, such as a pointer
 	exact    outcomeCheck       // R's check that an outcome comes back as it went in (see exactly), nil for none
+	check    func(R) error      // the service's rule for an outcome recorded by hand; nil for none
 }
+
+// SetCheck sets the service's rule for an outcome recorded by hand, which
+// every Admin of l applies; it is called once, before l is used.
+func (l *Ledger[R]) SetCheck(check func(R) error) { l.check = check }
 
 // New returns a ledger on store that logs to log (nil for slog.Default())
 // and tells observer (nil for none) of its decisions.

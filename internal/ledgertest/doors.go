@@ -2,6 +2,7 @@ package ledgertest
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -26,6 +27,7 @@ var doorTests = []test{
 	{"AnAnsweredClaimIsNeverReleased", testAnAnsweredClaimIsNeverReleased},
 	{"AnAnswerTheStoreFailedToRecordIsNeverFreed", testAnAnswerTheStoreFailedToRecordIsNeverFreed},
 	{"AClaimMadeAsTheCallerLeftIsReleased", testAClaimMadeAsTheCallerLeftIsReleased},
+	{"TheServicesOutcomeRuleHoldsAtEveryDoor", testTheServicesOutcomeRuleHoldsAtEveryDoor},
 }
 
 // instance is another instance on st: a ledger that runs st through the
@@ -321,3 +323,57 @@ func (s *leavesAsItClaims) Claim(ctx context.Context, tenant, key string, fp dri
 	s.leave()
 	return s.Store.Claim(ctx, tenant, key, fp, outcome)
 }
+
+// The service's rule for an outcome (WithOutcomeCheck) holds at the
+// service's own Resolve as at its Admin's, which adds rules of its own
+// after it; the rail's answers are not checked.
+func testTheServicesOutcomeRuleHoldsAtEveryDoor(t *testing.T, newStore Factory) {
+	f := setUp(t, newStore)
+	errNoTx := errors.New("sent without its transaction")
+	s := submissions.NewWithStore(f.store, submissions.WithLogger(quiet), submissions.WithOutcomeCheck(func(w Withdrawal) error {
+		if w.State == "sent" && w.TxHash == "" {
+			return errNoTx
+		}
+		return nil
+	}))
+	_, err := s.Submit(bg, "req-1", f.w, failing)
+	require.ErrorIs(t, err, submissions.ErrOutcomeUnknown)
+	bare := sentTx(f.w, "")
+
+	err = s.Resolve(bg, "req-1", bare)
+	requireRefusal(t, err, admin.ErrInvalidOutcome)
+	require.ErrorIs(t, err, errNoTx)
+	res := s.Admin().Resolve(bg, admin.Target{Key: "req-1", Force: true}, bare)
+	require.Equal(t, admin.RuleInvalidOutcome, res.Rule, res.Message)
+	require.Equal(t, res.Err.Error(), err.Error(), "the same words at both doors")
+	require.Contains(t, res.Message, "sent without its transaction")
+	w2 := newWithdrawal("w-2")
+	requireRefusal(t, s.Resolve(bg, "req-2", sentTx(w2, "")), admin.ErrInvalidOutcome)
+	requireOutcome(t, s, "req-2", Withdrawal{}, false)
+
+	errOdd := errors.New("odd transaction")
+	strict := s.Admin().WithOutcomeCheck(func(w Withdrawal) error {
+		if w.TxHash == "0xodd" {
+			return errOdd
+		}
+		return nil
+	})
+	res = strict.Resolve(bg, admin.Target{Key: "req-1", Force: true}, bare)
+	require.ErrorIs(t, res.Err, errNoTx, "the ledger's rule, first")
+	res = strict.Resolve(bg, admin.Target{Key: "req-1", Force: true}, sentTx(f.w, "0xodd"))
+	require.ErrorIs(t, res.Err, errOdd, "and the Admin's")
+	requireOutcome(t, s, "req-1", Withdrawal{}, false)
+
+	require.NoError(t, s.Resolve(bg, "req-1", sentTx(f.w, "0xok")))
+	requireOutcome(t, s, "req-1", sentTx(f.w, "0xok"), true)
+	out, err := s.Submit(bg, "req-3", newWithdrawal("w-3"), func(_ context.Context, w Withdrawal) (Withdrawal, error) { return sentTx(w, ""), nil })
+	require.NoError(t, err, "the rail's answer is the rail's")
+	require.Equal(t, sentTx(newWithdrawal("w-3"), ""), out)
+
+	require.PanicsWithValue(t, "submissions: WithOutcomeCheck of func(ledgertest.otherOutcome) error for a ledger of storetest.Withdrawal outcomes", func() {
+		submissions.NewWithStore(f.store, submissions.WithOutcomeCheck(func(otherOutcome) error { return nil }))
+	})
+}
+
+// otherOutcome is an outcome type that is not Withdrawal.
+type otherOutcome struct{ Withdrawal }

@@ -369,7 +369,7 @@ func TestResolve(t *testing.T) {
 		assert.Contains(t, stderr, "submissionsctl: outcome file: open ")
 		code, _, stderr = f.ctl(t, "", "resolve", "nokey", "--outcome-file", file)
 		assert.Equal(t, exitFailed, code)
-		assert.Equal(t, "submissionsctl: request key nokey has no record in the default tenant: nothing changed; next: check the key and the tenant; list the keys in flight\n", stderr)
+		assert.Equal(t, "submissionsctl: request key nokey has no record in the default tenant (never claimed there, or released): nothing changed; next: check the key and the tenant; list the keys in flight\n", stderr)
 	})
 }
 
@@ -556,9 +556,9 @@ func TestRelease(t *testing.T) {
 
 	t.Run("unknown key", func(t *testing.T) {
 		code, stdout, stderr := f.ctl(t, "", "release", "nokey", "--yes")
-		assert.Equal(t, exitOK, code, "already as asked")
-		assert.Empty(t, stderr)
-		assert.Equal(t, "request key nokey has no claim in the default tenant: nothing to release, nothing changed\n", stdout)
+		assert.Equal(t, exitFailed, code, "refused, as resolve refuses it")
+		assert.Empty(t, stdout)
+		assert.Equal(t, "submissionsctl: request key nokey has no record in the default tenant (never claimed there, or released): nothing changed; next: check the key and the tenant; list the keys in flight\n", stderr)
 	})
 }
 
