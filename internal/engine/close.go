@@ -70,45 +70,30 @@ func (l *Ledger[R]) Resolve(ctx context.Context, tenant, key string, token drive
 	return sameAsRecorded(key, rec.Outcome, outcome)
 }
 
-// Release drops tenant's key: its claim token or, when token is zero, its
-// claim in flight, if any. It refuses a claim whose send is running.
+// Release drops the claim token of tenant's key, the claim an Admin
+// looked at. It refuses a claim whose send is running, and says why a claim
+// it did not drop stands: pruned, settled, answered, or changed (released,
+// perhaps claimed again).
 func (l *Ledger[R]) Release(ctx context.Context, tenant, key string, token driver.Token) error {
 	key, err := begin(ctx, tenant, key)
 	if err != nil {
 		return err
 	}
-	claim := token
-	if claim == 0 {
-		rec, ok, err := l.store.Lookup(ctx, tenant, key)
-		switch {
-		case err != nil:
-			return storeFailed("request key "+key, "lookup", err)
-		case !ok:
-			return nil
-		case rec.Pruned:
-			return prunedKey(key)
-		case rec.Done:
-			return hasOutcome(key, "an outcome")
-		case rec.Answered:
-			return answeredKey(key)
-		}
-		claim = rec.Token
-	}
 	// A claim seen in the store that no send runs under stands until it is
 	// closed: its send could only have started with the claim.
-	sending, err := l.tracker.Sending(ctx, tenant, key, claim)
+	sending, err := l.tracker.Sending(ctx, tenant, key, token)
 	switch {
 	case err != nil:
 		return l.failed(ctx, "request key "+key, "release", err)
 	case sending != nil:
 		return inFlight(key)
 	}
-	rec, released, err := l.store.Release(ctx, tenant, key, claim)
+	rec, released, err := l.store.Release(ctx, tenant, key, token)
 	switch {
 	case err != nil:
 		return storeFailed("request key "+key, "release", err)
 	case released:
-		l.closed(tenant, key, claim)
+		l.closed(tenant, key, token)
 		l.report(ctx, tenant, observe.EventReleased, key, rec.Fingerprint.WithdrawalID, 0, nil)
 		return nil
 	case rec.Pruned:
@@ -117,10 +102,8 @@ func (l *Ledger[R]) Release(ctx context.Context, tenant, key string, token drive
 		return hasOutcome(key, "an outcome")
 	case rec.Answered:
 		return answeredKey(key)
-	case token != 0:
-		return claimChanged(key)
 	}
-	return nil // released meanwhile
+	return claimChanged(key)
 }
 
 // closed forgets what the ledger kept of the claim token of tenant's key,

@@ -155,7 +155,12 @@ func rawHook(h hook[json.RawMessage]) hook[record] {
 		if rec.Done && !rec.Pruned {
 			raw = bytes.Clone(rec.Outcome.raw)
 		}
+		var answer *json.RawMessage
+		if rec.Answer != nil {
+			a := json.RawMessage(bytes.Clone(rec.Answer.raw))
+			answer = &a
+		}
 		return h(ctx, tx, tenant, key, driver.Record[json.RawMessage]{Fingerprint: rec.Fingerprint, Outcome: raw,
-			Done: rec.Done, Token: rec.Token, Pruned: rec.Pruned, Abandoned: rec.Abandoned})
+			Done: rec.Done, Token: rec.Token, Pruned: rec.Pruned, Abandoned: rec.Abandoned, Answered: rec.Answered, Answer: answer})
 	}
 }
