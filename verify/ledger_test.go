@@ -159,7 +159,9 @@ func single(s *submissions.Submissions[W], op Op) (res Result, err error) {
 			for r.Rule == admin.RuleClaimChanged {
 				r = s.Admin().Release(bg, admin.Target{Tenant: op.Tenant, Key: op.Key, Force: true})
 			}
-			err = r.Err
+			if err = r.Err; r.Rule == admin.RuleUnknownKey {
+				err = nil // the model's: nothing to release
+			}
 		} else {
 			err = s.Release(bg, op.Key)
 		}

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemledger/submissions"
@@ -75,7 +78,10 @@ func (s *server) admin() *admin.Admin[Withdrawal] {
 // every tenant or in the tenant query parameter's, claimed at least
 // older_than ago, at most limit of them.
 func (s *server) adminInFlight(w http.ResponseWriter, r *http.Request) {
-	params := r.URL.Query()
+	params, ok := queryOf(w, r, "older_than", "tenant", "limit")
+	if !ok {
+		return
+	}
 	var q admin.InFlightQuery
 	if v := params.Get("older_than"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -153,8 +159,11 @@ func (s *server) target(w http.ResponseWriter, r *http.Request) (admin.Target, b
 	if !ok {
 		return admin.Target{}, false
 	}
+	params, ok := queryOf(w, r, "token", "force")
+	if !ok {
+		return admin.Target{}, false
+	}
 	t := admin.Target{Tenant: tenant, Key: r.PathValue("key")}
-	params := r.URL.Query()
 	if v := params.Get("token"); v != "" {
 		token, err := strconv.ParseUint(v, 10, 64)
 		if err != nil || token == 0 {
@@ -270,7 +279,10 @@ func (s *server) writeResult(w http.ResponseWriter, res admin.Result, out *Withd
 // at least the ledger's minimum retention ago (admin.DefaultMinRetention);
 // force=true allows a later T, never one in the future.
 func (s *server) adminPrune(w http.ResponseWriter, r *http.Request) {
-	params := r.URL.Query()
+	params, ok := queryOf(w, r, "before", "force")
+	if !ok {
+		return
+	}
 	v := params.Get("before")
 	before, err := time.Parse(time.RFC3339, v)
 	if err != nil {
@@ -310,4 +322,35 @@ func (s *server) adminPrune(w http.ResponseWriter, r *http.Request) {
 		Pruned int       `json:"pruned"`
 		Before time.Time `json:"before"`
 	}{n, before.UTC()}, false)
+}
+
+// queryOf returns r's query parameters when each is one of known, given
+// once: a parameter misspelled, unknown or repeated is a 400 problem that
+// names it, written here, and the request changes nothing.
+func queryOf(w http.ResponseWriter, r *http.Request, known ...string) (url.Values, bool) {
+	params, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		writeProblem(w, typeMalformed, http.StatusBadRequest, "The query is not valid URL encoding; this request changed nothing.")
+		return nil, false
+	}
+	names := make([]string, 0, len(params))
+	for name := range params {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		switch {
+		case !slices.Contains(known, name):
+			detail := fmt.Sprintf("Unknown query parameter %q; this request changed nothing.", name)
+			if len(known) > 0 {
+				detail = fmt.Sprintf("Unknown query parameter %q (known here: %s); this request changed nothing.", name, strings.Join(known, ", "))
+			}
+			writeProblem(w, typeMalformed, http.StatusBadRequest, detail)
+			return nil, false
+		case len(params[name]) > 1:
+			writeProblem(w, typeMalformed, http.StatusBadRequest, fmt.Sprintf("The query parameter %q is repeated; this request changed nothing.", name))
+			return nil, false
+		}
+	}
+	return params, true
 }

@@ -358,3 +358,52 @@ func TestWrongReleaseMovesMoneyOnce(t *testing.T) {
 		}
 	})
 }
+
+// A query parameter that a door does not take, misspelled or repeated, is a
+// 400 that names it, and the request changes nothing: ?tokn=999 does not
+// release the current claim, older-than=10h does not list every key, and a
+// create does not create.
+func TestUnknownQueryParametersAreRefused(t *testing.T) {
+	forEachStore(t, func(t *testing.T, db string) {
+		a := serve(t, db, newRail(0, 0, 0, 0, 0), 10*time.Second)
+		id := create(t, a, "")
+		res := do(t, "POST", a.url+"/withdrawals/"+id+"/submit", "-", "k1", "")
+		require.Equal(t, http.StatusCreated, res.status, "%s", res.body)
+		for _, c := range []struct{ method, path, name string }{
+			{"POST", "/admin/claims/k1/release?tokn=999", `"tokn" (known here: token, force)`},
+			{"POST", "/admin/claims/k1/release?token=1&token=2", `"token" is repeated`},
+			{"POST", "/admin/claims/k1/resolve?forse=true", `"forse"`},
+			{"GET", "/admin/inflight?older-than=10h", `"older-than" (known here: older_than, tenant, limit)`},
+			{"POST", "/admin/prune?befor=720h", `"befor"`},
+			{"POST", "/withdrawals?amount=5", `Unknown query parameter "amount"; this request changed nothing.`},
+			{"GET", "/withdrawals/" + id + "?x=1", `"x"`},
+			{"POST", "/withdrawals/" + id + "/submit?x=1", `"x"`},
+			{"POST", "/admin/claims/k1/release?%zz", "not valid URL encoding"},
+		} {
+			res := do(t, c.method, a.url+c.path, "-", "-", `{"amount":"25.00","currency":"USDC","destination":"0xdest"}`)
+			p := res.problemOf(t, http.StatusBadRequest, typeMalformed)
+			assert.Contains(t, p["detail"], c.name, "%s %s", c.method, c.path)
+		}
+		res = do(t, "GET", a.url+"/withdrawals/"+id, "-", "-", "")
+		require.Equal(t, http.StatusOK, res.status)
+		assert.Equal(t, stateSent, res.withdrawal(t).State, "the withdrawal is as it was")
+	})
+}
+
+// The log line after a submit whose outcome was not recorded tells the
+// operator what is left to do with the key: nothing to resolve when it was
+// released or resolved meanwhile, never a release when the rail answered.
+func TestUnrecordedAdviceFitsTheKeysState(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("%w: %w", submissions.ErrOutcomeNotRecorded, submissions.ErrReleasedMeanwhile), "after the key was released"},
+		{fmt.Errorf("%w: %w", submissions.ErrOutcomeNotRecorded, submissions.ErrResolvedMeanwhile), "otherwise than the outcome recorded meanwhile"},
+		{submissions.ErrOutcomeNotRecorded, "the key is never released"},
+		{submissions.ErrOutcomeUnknown, "resolve or release the key"},
+	} {
+		assert.Contains(t, unrecordedAdvice(c.err), c.want, "%v", c.err)
+	}
+	assert.NotContains(t, unrecordedAdvice(fmt.Errorf("%w: %w", submissions.ErrOutcomeNotRecorded, submissions.ErrReleasedMeanwhile)), "resolve")
+}

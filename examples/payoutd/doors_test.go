@@ -63,6 +63,7 @@ type doorCase struct {
 	setup   func(t *testing.T, d doorSetup, key string, w Withdrawal) driver.Token
 	outcome func(w Withdrawal) Withdrawal // resolve's outcome
 	key     string                        // the key acted on, if not the case's own
+	noKey   bool                          // the key acted on is "" (an empty path segment over HTTP)
 	token   func(driver.Token) driver.Token
 	force   bool
 
@@ -204,6 +205,10 @@ var doorCases = []doorCase{
 		status: 409, exit: 1, message: `^request key KEY's claim is token N, not N: nothing changed$`},
 	{name: "release of an empty key", action: "release", key: " ", setup: abandoned,
 		status: 400, exit: 1, message: `^the request key is not valid: invalid request key: empty: nothing changed$`},
+	{name: "release of no key", action: "release", noKey: true, setup: abandoned,
+		status: 400, exit: 1, message: `^the request key is not valid: invalid request key: empty: nothing changed$`},
+	{name: "resolve of no key", action: "resolve", noKey: true, setup: abandoned, outcome: sentNow("tx_op"),
+		status: 400, exit: 1, message: `^the request key is not valid: invalid request key: empty: nothing changed$`},
 	{name: "release of an unknown key", serviceOK: true, action: "release", setup: func(*testing.T, doorSetup, string, Withdrawal) driver.Token { return 0 },
 		status: 404, exit: 1, message: `^request key KEY has no record in TENANT \(never claimed there, or released\): nothing changed$`},
 	{name: "release of a send not known to have ended", action: "release", setup: claimOnly, status: 409, exit: 1, message: `^request key KEY's send is not known to have ended \(it may be running in another process\): releasing it could send the withdrawal twice; nothing changed$`},
@@ -319,6 +324,9 @@ func TestOperatorDoorsDecideAndSayAlike(t *testing.T) {
 				agree(t, pool, tenant, w.ID)
 				if c.key != "" {
 					key = c.key
+				}
+				if c.noKey {
+					key = ""
 				}
 				token := driver.Token(0)
 				if c.token != nil {

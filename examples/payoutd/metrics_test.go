@@ -19,6 +19,7 @@ func TestMetrics(t *testing.T) {
 		before := metrics(t, a.url)
 		assert.Equal(t, "0", before[`submissions_decisions_total{kind="sent"}`], "every kind from zero")
 		assert.Equal(t, "0", before["submissions_sends_in_progress"])
+		assert.Equal(t, "0", before[`submissions_keys_in_flight{send="ended"}`], "every state from zero")
 		assert.Contains(t, before, "go_goroutines")
 		assert.Contains(t, before, "process_cpu_seconds_total")
 
@@ -42,6 +43,10 @@ func TestMetrics(t *testing.T) {
 			`submissions_sends_in_progress`:                                     "0",
 			`submissions_send_duration_seconds_count{result="sent"}`:            "1",
 			`submissions_send_duration_seconds_count{result="outcome_unknown"}`: "1",
+			`submissions_keys_in_flight{send="ended"}`:                          "1", // k2, stuck until resolved
+			`submissions_keys_in_flight{send="answered"}`:                       "0",
+			`submissions_keys_in_flight{send="running"}`:                        "0",
+			`submissions_keys_in_flight{send="unknown"}`:                        "0",
 		} {
 			assert.Equal(t, want, after[name], name)
 		}

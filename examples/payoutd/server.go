@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/admin"
 	"github.com/idemledger/submissions/driver"
 	"github.com/idemledger/submissions/examples/prommetrics"
 	"github.com/idemledger/submissions/idemhttp"
@@ -110,7 +111,10 @@ func newServer(ctx context.Context, cfg config) (*server, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	obs, err := prommetrics.New(reg) // no tenant label: any client names any tenant here
+	obs, err := prommetrics.New(reg, // no tenant label: any client names any tenant here
+		prommetrics.WithKeysInFlight(func(ctx context.Context, q admin.InFlightQuery) ([]admin.Claim, error) {
+			return s.admin().InFlight(ctx, q) // s.ledger is set below, before the first scrape
+		}))
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +173,8 @@ func newServer(ctx context.Context, cfg config) (*server, error) {
 // whole first, whether its handler reads it or not: over maxBody it is a
 // 413, and nothing else happens.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if h, pattern := s.mux.Handler(r); pattern == "" {
+	direct := s.emptyKeyAction(r)
+	if h, pattern := s.mux.Handler(r); pattern == "" && direct == nil {
 		miss := &routeMiss{header: http.Header{}}
 		h.ServeHTTP(miss, r)
 		if allow := miss.header.Values("Allow"); len(allow) > 0 {
@@ -191,7 +196,28 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
+	if direct != nil {
+		direct.ServeHTTP(w, r)
+		return
+	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// emptyKeyAction returns the handler of an admin action on an empty key
+// (POST /admin/claims//release), which the mux would take for another path:
+// the action refuses the key as every door does (invalid-key). It returns
+// nil for any other request.
+func (s *server) emptyKeyAction(r *http.Request) http.Handler {
+	if r.Method != http.MethodPost {
+		return nil
+	}
+	switch r.URL.Path {
+	case "/admin/claims//resolve":
+		return http.HandlerFunc(s.adminResolve)
+	case "/admin/claims//release":
+		return http.HandlerFunc(s.adminRelease)
+	}
+	return nil
 }
 
 // routeMiss takes the mux's answer to a request it has no route for, for
@@ -210,6 +236,9 @@ func (m *routeMiss) WriteHeader(int)             {}
 // are checked before the key is used: a request refused for either leaves
 // the key unused.
 func (s *server) create(w http.ResponseWriter, r *http.Request) {
+	if _, ok := queryOf(w, r); !ok { // it takes none
+		return
+	}
 	tenant, ok := tenantOf(w, r)
 	if !ok {
 		return
@@ -377,6 +406,9 @@ func memCreateTx(keys *submissions.Submissions[idemhttp.Exchange], ws *memWithdr
 // submit handles POST /withdrawals/{id}/submit: the withdrawal sent to the
 // rail at most once, its outcome replayed to every repeat of the key.
 func (s *server) submit(w http.ResponseWriter, r *http.Request) {
+	if _, ok := queryOf(w, r); !ok { // it takes none
+		return
+	}
 	tenant, ok := tenantOf(w, r)
 	if !ok {
 		return
@@ -406,10 +438,23 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 	case err == nil && !s.statesInTx:
 		s.keep(ctx, tenant, wd, out)
 	case errors.Is(err, submissions.ErrOutcomeUnknown) || errors.Is(err, submissions.ErrOutcomeNotRecorded):
-		s.log.Error("money may have moved: look at the rail, then resolve or release the key",
-			slog.String("tenant", tenant), slog.String("key", key),
+		s.log.Error(unrecordedAdvice(err), slog.String("tenant", tenant), slog.String("key", key),
 			slog.String("withdrawal", wd.ID), slog.Any("error", err))
 	}
+}
+
+// unrecordedAdvice is what an operator must do after a submit whose
+// outcome was not recorded, err: the key's claim may be gone by then.
+func unrecordedAdvice(err error) string {
+	switch {
+	case errors.Is(err, submissions.ErrReleasedMeanwhile):
+		return "money may have moved after the key was released: look at the rail before the withdrawal is sent again (the key is free)"
+	case errors.Is(err, submissions.ErrResolvedMeanwhile):
+		return "the rail answered otherwise than the outcome recorded meanwhile: look at the rail, and correct the withdrawal by hand"
+	case errors.Is(err, submissions.ErrOutcomeNotRecorded):
+		return "the rail answered and the answer was not recorded: money moved, and the key is never released; look at the rail, then resolve the key with what it shows"
+	}
+	return "money may have moved: look at the rail, then resolve or release the key"
 }
 
 // faultWriter kills the process (faultBeforeAnswer) when the submit's
@@ -457,6 +502,9 @@ type withdrawalView struct {
 // without an answer. The holder key's outcome comes from the ledger, and
 // once the ledger has pruned it, from payoutd's own store.
 func (s *server) get(w http.ResponseWriter, r *http.Request) {
+	if _, ok := queryOf(w, r); !ok { // it takes none
+		return
+	}
 	tenant, ok := tenantOf(w, r)
 	if !ok {
 		return

@@ -23,7 +23,21 @@
 // A key left claimed without an outcome is a decision of kind
 // outcome_unknown or not_recorded: money may have moved, and an operator
 // must look at the rail, then resolve or release the key. Alert on any
-// increase of those two.
+// increase of those two. With WithKeysInFlight, a gauge counts the keys in
+// flight at each scrape, by the state of their send, for as long as they
+// stay so (an increase is gone from a rate's window while its key is still
+// stuck):
+//
+//	submissions_keys_in_flight{send}            gauge: the ledger's keys in flight, in
+//	                                            every tenant, by admin.Claim.Send:
+//	                                            running (in this process), ended (without
+//	                                            a recorded answer), answered (the answer
+//	                                            not recorded: money moved), unknown (not
+//	                                            known to have ended: it may run in
+//	                                            another process)
+//
+// Alert on submissions_keys_in_flight{send=~"ended|answered"} > 0, and on
+// {send="unknown"} > 0 for longer than a send takes.
 //
 // # Tenants
 //
@@ -40,11 +54,14 @@ package prommetrics
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/idemledger/submissions/admin"
 	"github.com/idemledger/submissions/observe"
 )
 
@@ -90,6 +107,7 @@ type Option interface {
 type options struct {
 	tenants bool
 	buckets []float64
+	list    func(context.Context, admin.InFlightQuery) ([]admin.Claim, error)
 }
 
 type optionFunc func(*options)
@@ -110,6 +128,30 @@ func WithBuckets(bounds ...float64) Option {
 	return optionFunc(func(o *options) { o.buckets = bounds })
 }
 
+// WithKeysInFlight adds submissions_keys_in_flight, read at each scrape
+// from list, the ledger's Admin().InFlight: every page of it, within
+// listTimeout. A scrape whose listing fails reports the error for that
+// metric (the scrape's other metrics are kept).
+func WithKeysInFlight(list func(context.Context, admin.InFlightQuery) ([]admin.Claim, error)) Option {
+	return optionFunc(func(o *options) { o.list = list })
+}
+
+// listTimeout bounds a scrape's listing of the keys in flight, and
+// maxPages its pages: a listing that does not end is an error.
+const (
+	listTimeout = 5 * time.Second
+	maxPages    = 1000
+)
+
+// sendStates are the label values of submissions_keys_in_flight, by
+// admin.Claim.Send.
+var sendStates = map[string]string{
+	admin.SendRunning:  "running",
+	admin.SendEnded:    "ended",
+	admin.SendAnswered: "answered",
+	admin.SendUnknown:  "unknown",
+}
+
 // Observer is an observe.Observer that keeps the package's metrics. It is
 // safe for concurrent use, and one Observer may watch several ledgers: their
 // decisions add up.
@@ -119,6 +161,8 @@ type Observer struct {
 	durations *prometheus.HistogramVec
 	tenants   bool
 	byKind    []kindMetrics // indexed by kind
+	list      func(context.Context, admin.InFlightQuery) ([]admin.Claim, error)
+	inFlight  *prometheus.Desc
 }
 
 var (
@@ -164,6 +208,9 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 			Buckets: o.buckets,
 		}, []string{"result"}),
 		tenants: o.tenants,
+		list:    o.list,
+		inFlight: prometheus.NewDesc("submissions_keys_in_flight",
+			"Keys of the ledger in flight, by the state of their send.", []string{"send"}, nil),
 	}
 	obs.byKind = make([]kindMetrics, int(slices.Max(kinds))+1)
 	for _, k := range kinds {
@@ -215,6 +262,9 @@ func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
 	o.decisions.Describe(ch)
 	o.sending.Describe(ch)
 	o.durations.Describe(ch)
+	if o.list != nil {
+		ch <- o.inFlight
+	}
 }
 
 // Collect sends the Observer's metrics to ch.
@@ -222,4 +272,36 @@ func (o *Observer) Collect(ch chan<- prometheus.Metric) {
 	o.decisions.Collect(ch)
 	o.sending.Collect(ch)
 	o.durations.Collect(ch)
+	if o.list != nil {
+		o.collectInFlight(ch)
+	}
+}
+
+// collectInFlight sends the counts of the keys in flight by state to ch,
+// every state's, or the error of the listing.
+func (o *Observer) collectInFlight(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), listTimeout)
+	defer cancel()
+	counts := map[string]int{}
+	q := admin.InFlightQuery{Limit: admin.MaxListLimit}
+	for pages := 0; ; pages++ {
+		claims, err := o.list(ctx, q)
+		if err == nil && pages == maxPages {
+			err = fmt.Errorf("prommetrics: more than %d pages of keys in flight", maxPages)
+		}
+		if err != nil {
+			ch <- prometheus.NewInvalidMetric(o.inFlight, err)
+			return
+		}
+		if len(claims) == 0 {
+			break
+		}
+		for _, c := range claims {
+			counts[sendStates[c.Send()]]++
+		}
+		q.After = &claims[len(claims)-1]
+	}
+	for _, state := range sendStates {
+		ch <- prometheus.MustNewConstMetric(o.inFlight, prometheus.GaugeValue, float64(counts[state]), state)
+	}
 }

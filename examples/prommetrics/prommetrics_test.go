@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemledger/submissions"
+	"github.com/idemledger/submissions/admin"
 	"github.com/idemledger/submissions/examples/prommetrics"
 	"github.com/idemledger/submissions/observe"
 )
@@ -383,4 +384,71 @@ func TestConcurrentSends(t *testing.T) {
 	assert.Equal(t, float64(withdrawals/2), vals[took("outcome_unknown")])
 	refused := vals[decided("replayed")] + vals[decided("in_flight")] + vals[decided("conflict")]
 	assert.Equal(t, float64(withdrawals*taps-withdrawals), refused, "every other call replayed or refused")
+}
+
+// keysInFlight is the series of submissions_keys_in_flight for send.
+func keysInFlight(send string) string { return `submissions_keys_in_flight{send="` + send + `"}` }
+
+// TestKeysInFlightByState: with WithKeysInFlight, every scrape counts the
+// ledger's keys in flight by the state of their send, every page of them,
+// each state from zero; a key stays counted for as long as it is stuck, and
+// leaves the count once resolved. A listing that fails fails that metric's
+// scrape, not the others'.
+func TestKeysInFlightByState(t *testing.T) {
+	var ledger *submissions.Submissions[payout]
+	reg := prometheus.NewPedanticRegistry()
+	obs, err := prommetrics.New(reg, prommetrics.WithKeysInFlight(func(ctx context.Context, q admin.InFlightQuery) ([]admin.Claim, error) {
+		q.Limit = 2 // pages of two: the scrape reads them all
+		return ledger.Admin().InFlight(ctx, q)
+	}))
+	require.NoError(t, err)
+	ledger = submissions.New[payout](submissions.WithObserver(obs), quiet)
+	zero := map[string]float64{"running": 0, "ended": 0, "answered": 0, "unknown": 0}
+	requireInFlight := func(want map[string]float64) {
+		t.Helper()
+		vals := values(t, reg)
+		for state := range zero {
+			assert.Equal(t, want[state], vals[keysInFlight(state)], state)
+		}
+	}
+	requireInFlight(zero)
+
+	for i := range 3 {
+		_, err := ledger.Submit(bg, fmt.Sprintf("k-ended-%d", i), newPayout(fmt.Sprintf("w-e%d", i)), func(context.Context, payout) (payout, error) {
+			return payout{}, errors.New("rail timed out")
+		})
+		require.ErrorIs(t, err, submissions.ErrOutcomeUnknown)
+	}
+	odd := newPayout("w-a")
+	_, err = ledger.Submit(bg, "k-answered", odd, func(context.Context, payout) (payout, error) {
+		p := sent(odd)
+		p.Amount = "26"
+		return p, nil
+	})
+	require.ErrorIs(t, err, submissions.ErrOutcomeNotRecorded)
+	started, finish, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = ledger.Submit(bg, "k-running", newPayout("w-r"), func(_ context.Context, p payout) (payout, error) {
+			close(started)
+			<-finish
+			return sent(p), nil
+		})
+	}()
+	<-started
+	requireInFlight(map[string]float64{"running": 1, "ended": 3, "answered": 1})
+	requireInFlight(map[string]float64{"running": 1, "ended": 3, "answered": 1}) // a key stuck stays counted
+	close(finish)
+	<-done
+	require.NoError(t, ledger.Resolve(bg, "k-ended-0", sent(newPayout("w-e0"))))
+	requireInFlight(map[string]float64{"ended": 2, "answered": 1})
+
+	failing, err := prommetrics.New(nil, prommetrics.WithKeysInFlight(func(context.Context, admin.InFlightQuery) ([]admin.Claim, error) {
+		return nil, errors.New("store down")
+	}))
+	require.NoError(t, err)
+	reg = prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(failing))
+	_, err = reg.Gather()
+	require.ErrorContains(t, err, "store down")
 }

@@ -84,12 +84,12 @@ func (l *Ledger[R]) sendAndRecord(ctx context.Context, tenant, key string, snd d
 		out R
 		err error
 	)
+	c.step("the observer panicked, and send was not called", func() { c.report(observe.EventClaimed, nil) })
 	if err := ctx.Err(); err != nil { // the claim took what was left of ctx: send is not called
 		err = l.notSent(ctx, key, snd, fmt.Errorf("%w: the context ended before send was called: %w", ErrNotSent, err))
 		c.report(observe.EventNotSent, err)
 		return *new(R), err
 	}
-	c.step("the observer panicked, and send was not called", func() { c.report(observe.EventClaimed, nil) })
 	c.step("send did not return", func() { out, err = c.send(req, send) })
 	if err != nil {
 		return *new(R), c.unanswered(err)

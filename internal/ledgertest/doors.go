@@ -12,6 +12,7 @@ import (
 	"github.com/idemledger/submissions"
 	"github.com/idemledger/submissions/admin"
 	"github.com/idemledger/submissions/driver"
+	"github.com/idemledger/submissions/observe"
 )
 
 // Doors: every door that resolves or releases (the service's own Resolve
@@ -299,11 +300,15 @@ func testAClaimMadeAsTheCallerLeftIsReleased(t *testing.T, newStore Factory) {
 	defer cancel()
 	st := &leavesAsItClaims{Store: newStore(t), leave: cancel}
 	f := setUpOn(t, st)
-	_, err := f.s.Submit(ctx, "req-1", f.w, f.rail.send)
+	ev := &events{}
+	s := submissions.NewWithStore(f.store, submissions.WithLogger(quiet), submissions.WithObserver(ev))
+	_, err := s.Submit(ctx, "req-1", f.w, f.rail.send)
 	requireRefusal(t, err, submissions.ErrNotSent)
 	require.ErrorIs(t, err, context.Canceled)
 	require.Contains(t, err.Error(), "claim released")
 	f.rail.requireSends(t, 0)
+	assert.Equal(t, 1, ev.count(observe.EventClaimed, "", "req-1"), "a claim, and its end: a gauge of sends in progress stays whole")
+	assert.Equal(t, 1, ev.count(observe.EventNotSent, "", "req-1"))
 	requireOutcome(t, f.s, "req-1", Withdrawal{}, false)
 	requireHolder(t, f.s, "w-1", "")
 	_, err = f.s.Submit(bg, "req-2", f.w, f.rail.send)
