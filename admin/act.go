@@ -159,11 +159,11 @@ func (a *Admin[R]) Resolve(ctx context.Context, t Target, outcome R) Result {
 	switch {
 	case err == nil && rec.Done:
 		r.Decision = Unchanged
-		r.Message = fmt.Sprintf("request key %s already has this outcome: nothing changed", r.Claim.Key)
+		r.Message = fmt.Sprintf("request key %s in %s already has this outcome: nothing changed", r.Claim.Key, tenantName(r.Claim.Tenant))
 		return r
 	case err == nil:
 		r.Decision = Changed
-		r.Message = fmt.Sprintf("resolved request key %s (token %d): its retries get this outcome", r.Claim.Key, rec.Token)
+		r.Message = fmt.Sprintf("resolved request key %s in %s (token %d): its retries get this outcome", r.Claim.Key, tenantName(r.Claim.Tenant), rec.Token)
 		if !found.Record.Abandoned {
 			r.Message += "; if its send still answers, the answer is logged, not recorded"
 		}
@@ -238,7 +238,7 @@ func (a *Admin[R]) Release(ctx context.Context, t Target) Result {
 	err := a.state().Ledger().Release(ctx, r.Claim.Tenant, r.Claim.Key, rec.Token)
 	if err == nil {
 		r.Decision = Changed
-		r.Message = fmt.Sprintf("released request key %s (token %d): withdrawal %s may be sent again", r.Claim.Key, rec.Token, rec.Fingerprint.WithdrawalID)
+		r.Message = fmt.Sprintf("released request key %s in %s (token %d): withdrawal %s may be sent again", r.Claim.Key, tenantName(r.Claim.Tenant), rec.Token, rec.Fingerprint.WithdrawalID)
 		return r
 	}
 	return a.after(&r, err)
@@ -285,7 +285,7 @@ func (a *Admin[R]) claimUnknown(ctx context.Context, r *Result, outcome R) Resul
 	err := a.state().Ledger().Resolve(ctx, r.Claim.Tenant, r.Claim.Key, 0, outcome)
 	if err == nil {
 		r.Decision = Changed
-		r.Message = fmt.Sprintf("recorded request key %s with this outcome: its withdrawal is claimed, and its retries get the outcome", r.Claim.Key)
+		r.Message = fmt.Sprintf("recorded request key %s in %s with this outcome: its withdrawal is claimed, and its retries get the outcome", r.Claim.Key, tenantName(r.Claim.Tenant))
 		return *r
 	}
 	return a.after(r, err)

@@ -130,7 +130,7 @@ func TestAdminEndpoints(t *testing.T) {
 			assert.Equal(t, "changed", got.Decision)
 			require.NotNil(t, got.Claim)
 			assert.Equal(t, "k1", got.Claim.Key)
-			assert.Regexp(t, `^resolved request key k1 \(token \d+\): its retries get this outcome$`, got.Message)
+			assert.Regexp(t, `^resolved request key k1 in the default tenant \(token \d+\): its retries get this outcome$`, got.Message)
 			require.NotNil(t, got.Outcome)
 			assert.Equal(t, sent, *got.Outcome)
 
@@ -144,7 +144,7 @@ func TestAdminEndpoints(t *testing.T) {
 			require.Equal(t, http.StatusOK, res.status, "the same outcome again: %s", res.body)
 			require.NoError(t, json.Unmarshal(res.body, &got))
 			assert.Equal(t, "unchanged", got.Decision)
-			assert.Equal(t, "request key k1 already has this outcome: nothing changed", got.Message)
+			assert.Equal(t, "request key k1 in the default tenant already has this outcome: nothing changed", got.Message)
 
 			sent.Tx = "tx_other"
 			another, err := json.Marshal(sent)

@@ -161,9 +161,9 @@ func tokenOf(t *testing.T, s *submissions.Submissions[Withdrawal], key string) d
 
 var doorCases = []doorCase{
 	{name: "resolve", serviceOK: true, action: "resolve", setup: abandoned, outcome: sentNow("tx_op"),
-		ok: true, status: 200, exit: 0, message: `^resolved request key KEY \(token N\): its retries get this outcome$`},
+		ok: true, status: 200, exit: 0, message: `^resolved request key KEY in TENANT \(token N\): its retries get this outcome$`},
 	{name: "resolve again", serviceOK: true, action: "resolve", setup: resolvedFirst, outcome: sentNow("tx_first"),
-		ok: true, status: 200, exit: 0, message: `^request key KEY already has this outcome: nothing changed$`},
+		ok: true, status: 200, exit: 0, message: `^request key KEY in TENANT already has this outcome: nothing changed$`},
 	{name: "resolve with another outcome", action: "resolve", setup: resolvedFirst, outcome: sentNow("tx_other"),
 		status: 409, exit: 1, message: `^request key KEY has another outcome: nothing changed \(an outcome is never replaced\)$`},
 	{name: "resolve with a changed field", action: "resolve", setup: abandoned,
@@ -182,14 +182,14 @@ var doorCases = []doorCase{
 		status: 409, exit: 1, message: `^request key KEY's send is running in this process: resolving it now records your outcome while the rail may still answer otherwise; nothing changed$`,
 		elsewhere: `^request key KEY's send is not known to have ended \(it may be running in another process\): resolving it now records your outcome while the rail may still answer otherwise; nothing changed$`},
 	{name: "resolve of a running send, forced", serviceOK: true, action: "resolve", setup: running, outcome: sentNow("tx_op"), force: true,
-		ok: true, status: 200, exit: 0, message: `^resolved request key KEY \(token N\): its retries get this outcome`},
+		ok: true, status: 200, exit: 0, message: `^resolved request key KEY in TENANT \(token N\): its retries get this outcome`},
 	{name: "resolve of an unknown key", serviceOK: true, action: "resolve", setup: func(*testing.T, doorSetup, string, Withdrawal) driver.Token { return 0 },
 		outcome: sentNow("tx_op"), status: 404, exit: 1, message: `^request key KEY has no record in TENANT \(never claimed there, or released\): nothing changed$`},
 	{name: "resolve with a wrong token", serviceOK: true, action: "resolve", setup: abandoned, outcome: sentNow("tx_op"),
 		token:  func(tok driver.Token) driver.Token { return tok + 7 },
 		status: 409, exit: 1, message: `^request key KEY's claim is token N, not N: nothing changed$`},
 	{name: "release", serviceOK: true, action: "release", setup: abandoned,
-		ok: true, status: 200, exit: 0, message: `^released request key KEY \(token N\): withdrawal wd_\w+ may be sent again$`},
+		ok: true, status: 200, exit: 0, message: `^released request key KEY in TENANT \(token N\): withdrawal wd_\w+ may be sent again$`},
 	{name: "release of a done key", action: "release", setup: settled,
 		status: 409, exit: 1, message: `^request key KEY has an outcome, so its withdrawal was settled: a key with an outcome is never released; nothing changed$`},
 	{name: "release of a pruned key", action: "release", setup: func(t *testing.T, d doorSetup, key string, w Withdrawal) driver.Token {
@@ -214,7 +214,7 @@ var doorCases = []doorCase{
 	{name: "release of a send not known to have ended", action: "release", setup: claimOnly, status: 409, exit: 1, message: `^request key KEY's send is not known to have ended \(it may be running in another process\): releasing it could send the withdrawal twice; nothing changed$`},
 	{name: "release of an answered claim, forced", action: "release", force: true, setup: answered,
 		status: 409, exit: 1, message: `^request key KEY's send got an answer from the rail that was not recorded: money moved, so the claim is never released, with force or without; nothing changed$`},
-	{name: "release of a send not known to have ended, forced", action: "release", force: true, setup: claimOnly, ok: true, status: 200, exit: 0, message: `^released request key KEY \(token N\): withdrawal wd_\w+ may be sent again$`},
+	{name: "release of a send not known to have ended, forced", action: "release", force: true, setup: claimOnly, ok: true, status: 200, exit: 0, message: `^released request key KEY in TENANT \(token N\): withdrawal wd_\w+ may be sent again$`},
 }
 
 // claimOnly leaves key claimed as a process that stopped mid-send leaves

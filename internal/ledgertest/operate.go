@@ -104,10 +104,10 @@ func sentWith(tx string) func(Withdrawal) Withdrawal {
 
 var operations = []operate{
 	{name: "resolve an abandoned claim", setup: abandonedKey, act: resolveWith(sentWith("0xop")),
-		decision: admin.Changed, state: "in flight", message: `^resolved request key req-1 \(token TOKEN\): its retries get this outcome$`,
+		decision: admin.Changed, state: "in flight", message: `^resolved request key req-1 in the default tenant \(token TOKEN\): its retries get this outcome$`,
 		after: func(t *testing.T, f *fixture) { requireOutcome(t, f.s, "req-1", sentTx(f.w, "0xop"), true) }},
 	{name: "resolve again", setup: resolvedKey, act: resolveWith(sentWith("0xfirst")),
-		decision: admin.Unchanged, state: "done", message: `^request key req-1 already has this outcome: nothing changed$`},
+		decision: admin.Unchanged, state: "done", message: `^request key req-1 in the default tenant already has this outcome: nothing changed$`},
 	{name: "resolve with another outcome", setup: resolvedKey, act: resolveWith(sentWith("0xother")),
 		decision: admin.Refused, rule: admin.RuleAnotherOutcome, field: "outcome", err: submissions.ErrIdempotencyConflict, state: "done",
 		message: `^request key req-1 has another outcome: nothing changed \(an outcome is never replaced\)$`,
@@ -136,7 +136,7 @@ var operations = []operate{
 		message: `^request key req-1's send is not known to have ended \(it may be running in another process\): resolving it now records your outcome while the rail may still answer otherwise; nothing changed$`},
 	{name: "resolve it forced", setup: claimedOnly, act: resolveWith(sentWith("0xop")), force: true,
 		decision: admin.Changed, state: "in flight",
-		message: `^resolved request key req-1 \(token TOKEN\): its retries get this outcome; if its send still answers, the answer is logged, not recorded$`},
+		message: `^resolved request key req-1 in the default tenant \(token TOKEN\): its retries get this outcome; if its send still answers, the answer is logged, not recorded$`},
 	{name: "resolve an unknown key", setup: none, act: resolveWith(sentWith("0xop")),
 		decision: admin.Refused, rule: admin.RuleUnknownKey, field: "key", err: submissions.ErrUnknownKey,
 		message: `^request key req-1 has no record in the default tenant \(never claimed there, or released\): nothing changed$`,
@@ -147,7 +147,7 @@ var operations = []operate{
 		message: `^request key req-1's claim is token TOKEN, not \d+: nothing changed$`},
 	{name: "resolve with the right token", setup: abandonedKey, act: resolveWith(sentWith("0xop")),
 		token:    func(tok driver.Token) driver.Token { return tok },
-		decision: admin.Changed, state: "in flight", message: `^resolved request key req-1 \(token TOKEN\)`},
+		decision: admin.Changed, state: "in flight", message: `^resolved request key req-1 in the default tenant \(token TOKEN\)`},
 	{name: "resolve a pruned key", setup: prunedKey, act: resolveWith(sentWith("0xop")),
 		decision: admin.Refused, rule: admin.RulePruned, err: submissions.ErrPruned, state: "pruned",
 		message: `^request key req-1 was settled, then pruned: its outcome is no longer kept, and it is never resolved or released; nothing changed$`},
@@ -155,7 +155,7 @@ var operations = []operate{
 		decision: admin.Refused, rule: admin.RuleInvalidKey, field: "key", err: submissions.ErrInvalidKey,
 		message: `^the request key is not valid: invalid request key: empty: nothing changed$`},
 	{name: "release an abandoned claim", setup: abandonedKey, act: release,
-		decision: admin.Changed, state: "in flight", message: `^released request key req-1 \(token TOKEN\): withdrawal w-1 may be sent again$`,
+		decision: admin.Changed, state: "in flight", message: `^released request key req-1 in the default tenant \(token TOKEN\): withdrawal w-1 may be sent again$`,
 		after: func(t *testing.T, f *fixture) { requireHolder(t, f.s, "w-1", "") }},
 	{name: "release a done key", setup: doneKey, act: release,
 		decision: admin.Refused, rule: admin.RuleHasOutcome, err: submissions.ErrIdempotencyConflict, state: "done",
@@ -190,7 +190,7 @@ var operations = []operate{
 		message: `^request key req-1's send is not known to have ended \(it may be running in another process\): releasing it could send the withdrawal twice; nothing changed$`,
 		after:   func(t *testing.T, f *fixture) { requireHolder(t, f.s, "w-1", "req-1") }},
 	{name: "release it forced", setup: claimedOnly, act: release, force: true,
-		decision: admin.Changed, state: "in flight", message: `^released request key req-1 \(token TOKEN\)`},
+		decision: admin.Changed, state: "in flight", message: `^released request key req-1 in the default tenant \(token TOKEN\)`},
 }
 
 func prunedKey(t *testing.T, f *fixture) driver.Token {

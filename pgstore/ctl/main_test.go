@@ -323,7 +323,7 @@ func TestResolve(t *testing.T) {
 	require.Equal(t, exitOK, code, stderr)
 	assert.Empty(t, stderr)
 	assert.Regexp(t, `state:\s+in flight\n`, stdout, "the claim, shown")
-	assert.Regexp(t, `resolved request key k1 \(token \d+\): its retries get this outcome\n$`, stdout)
+	assert.Regexp(t, `resolved request key k1 in tenant \"acme\" \(token \d+\): its retries get this outcome\n$`, stdout)
 
 	out, called, err := f.send(t, "acme", "k1", p)
 	require.NoError(t, err)
@@ -333,7 +333,7 @@ func TestResolve(t *testing.T) {
 	t.Run("again", func(t *testing.T) {
 		code, stdout, stderr := f.ctl(t, "", "--tenant", "acme", "resolve", "k1", "--outcome-file", file)
 		require.Equal(t, exitOK, code, stderr)
-		assert.Contains(t, stdout, "request key k1 already has this outcome: nothing changed\n")
+		assert.Contains(t, stdout, "request key k1 in tenant \"acme\" already has this outcome: nothing changed\n")
 	})
 
 	t.Run("another outcome", func(t *testing.T) {
@@ -509,7 +509,7 @@ func TestRelease(t *testing.T) {
 			p := f.leaveInFlight(t, "acme", key, newPayout(randomID()))
 			code, stdout, stderr := f.ctl(t, answer, "release", key, "--tenant", "acme")
 			require.Equal(t, exitOK, code, stderr)
-			assert.Regexp(t, `released request key `+key+` \(token \d+\): withdrawal `+p.ID+` may be sent again\n$`, stdout)
+			assert.Regexp(t, `released request key `+key+` in tenant "acme" \(token \d+\): withdrawal `+p.ID+` may be sent again\n$`, stdout)
 			_, called, err := f.send(t, "acme", key+"-new", p)
 			require.NoError(t, err)
 			assert.True(t, called, "a new submit under another key sends the withdrawal")
