@@ -194,6 +194,9 @@
 // moves the withdrawals' states with its resolves and releases as payoutd
 // does (ctl.WithHooks); submissionsctl, which would leave them, refuses to
 // resolve or release on payoutd's table (its Migrate records "payoutd ctl" there).
+// `payoutd doctor` reports every withdrawal whose stored state disagrees
+// with the ledger's claim (one left sending with no claim, by a change made
+// past the hooks, is refused every submit), and changes nothing.
 //
 // GET /admin/inflight lists the keys in flight, oldest first, in every tenant:
 // 200 and [{"tenant", "key", "withdrawal_id", "amount", "currency",
@@ -285,6 +288,11 @@ func main() {
 	}()
 	if len(os.Args) > 1 && os.Args[1] == "ctl" { // the operator's command line: payoutd ctl -h
 		code := runCtl(ctx, os.Args[2:], os.Stdin, os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
+	if len(os.Args) > 1 && os.Args[1] == "doctor" { // the check of the states against the ledger: payoutd doctor -h
+		code := runDoctor(ctx, os.Args[2:], os.Stdout, os.Stderr)
 		stop()
 		os.Exit(code)
 	}

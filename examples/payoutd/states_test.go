@@ -278,3 +278,50 @@ func TestSubmissionsctlRefusesPayoutdsTable(t *testing.T) {
 	require.Equal(t, 0, code, "payoutd ctl: %s", stderr.String())
 	assert.Equal(t, stateApproved, agree(t, pool, "", id))
 }
+
+// payoutd doctor finds the withdrawal that a release past payoutd's hooks
+// left sending with no claim (every submit of it refused), says what to do,
+// and exits 1; once the row is repaired it finds nothing, and exits 0. It
+// changes nothing itself.
+func TestDoctorFindsAWithdrawalStrandedInSending(t *testing.T) {
+	db := testDatabase(t)
+	pool := testPool(t, db)
+	a := serve(t, db, newRail(0, 0, 0, 0, 0), 10*time.Second)
+	doctor := func() (int, string, string) {
+		var stdout, stderr bytes.Buffer
+		code := runDoctor(t.Context(), []string{"--database-url", db}, &stdout, &stderr)
+		return code, stdout.String(), stderr.String()
+	}
+	code, stdout, stderr := doctor()
+	require.Equal(t, doctorAgree, code, stderr)
+	assert.Equal(t, "every withdrawal's state agrees with the ledger\n", stdout)
+
+	id := create(t, a, "acme")
+	failed := newRail(0, 0, 0, 1, 0)
+	b := serve(t, db, failed, 10*time.Second)
+	res := do(t, "POST", b.url+"/withdrawals/"+id+"/submit", "acme", "k-1", "")
+	require.Equal(t, http.StatusBadGateway, res.status, "%s", res.body)
+	require.Equal(t, stateSending, agree(t, pool, "acme", id))
+	// A release past the hooks: the claim goes, the row stays sending.
+	tok := tokenOf(t, submissions.NewWithStore[Withdrawal](mustStore(t, pool)).Tenant("acme"), "k-1")
+	_, released, err := mustStore(t, pool).Release(t.Context(), "acme", "k-1", tok)
+	require.NoError(t, err)
+	require.True(t, released)
+
+	code, stdout, stderr = doctor()
+	require.Equal(t, doctorFound, code, stderr)
+	assert.Equal(t, "withdrawal "+id+` in tenant "acme" is sending, but no key claims it: its claim was released past payoutd's hooks, and every submit of it is refused; look at the rail: if nothing was sent, set its state back to approved; if it was, store the rail's outcome as its state`+"\n", stdout)
+	assert.Equal(t, "payoutd doctor: 1 withdrawals disagree with the ledger\n", stderr)
+	var state string
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT state FROM payoutd_withdrawals WHERE id = $1`, id).Scan(&state))
+	assert.Equal(t, stateSending, state, "the doctor changes nothing")
+
+	_, err = pool.Exec(t.Context(), `UPDATE payoutd_withdrawals SET state = 'approved' WHERE id = $1`, id)
+	require.NoError(t, err)
+	code, _, stderr = doctor()
+	require.Equal(t, doctorAgree, code, stderr)
+
+	var out, errOut bytes.Buffer
+	assert.Equal(t, doctorUsage, runDoctor(t.Context(), []string{"--database-url", db, "extra"}, &out, &errOut))
+	assert.Equal(t, doctorReadFail, runDoctor(t.Context(), []string{"--database-url", "postgres://nobody@127.0.0.1:1/none"}, &out, &errOut))
+}
