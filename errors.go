@@ -85,8 +85,9 @@ var (
 	ErrOutcomeUnknown = driver.ErrOutcomeUnknown
 
 	// ErrOutcomeNotRecorded: send answered, Submit returns the answer with
-	// this error, and the answer was not recorded (the key is then marked
-	// answered, and no door releases it): it is for another withdrawal (the error names the fields that differ), no
+	// this error, and the answer was not recorded (a key still claimed is
+	// then marked answered, on a store that records it, and no door releases
+	// it): it is for another withdrawal (the error names the fields that differ), no
 	// store could give it back as it is (text that is not UTF-8, say: see
 	// docs/rules.md), the store failed while recording it (it may stand all
 	// the same; a store that was only unavailable, during a failover say,

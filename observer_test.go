@@ -171,6 +171,22 @@ func (p panicsOn) Observe(_ context.Context, e observe.Event) {
 	}
 }
 
+// panicsOnClaimed is an Observer that panics on a claim, and keeps the
+// other events it is given.
+type panicsOnClaimed struct {
+	mu   sync.Mutex
+	seen []observe.Event
+}
+
+func (p *panicsOnClaimed) Observe(_ context.Context, e observe.Event) {
+	if e.Kind == observe.EventClaimed {
+		panic("observer exploded")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.seen = append(p.seen, e)
+}
+
 // TestObserverPanicLeavesTheLedgerWhole: an Observe that panics on the
 // claim stops the send from being called, and the ledger releases the claim
 // (nothing was sent under it); one that panics on the outcome leaves it
@@ -186,6 +202,15 @@ func TestObserverPanicLeavesTheLedgerWhole(t *testing.T) {
 			s := submissions.NewWithStore(st, submissions.WithObserver(panicsOn(observe.EventClaimed)), quiet)
 			require.PanicsWithValue(t, "observer exploded", func() { _, _ = s.Submit(bg, "req-1", newWithdrawal("w-1"), send) })
 			assert.Zero(t, sends, "send is not called")
+			obs := &panicsOnClaimed{}
+			require.PanicsWithValue(t, "observer exploded", func() {
+				_, _ = submissions.NewWithStore(st, submissions.WithObserver(obs), quiet).Submit(bg, "req-9", newWithdrawal("w-1"), send)
+			})
+			require.Len(t, obs.seen, 1, "the claim's end, and nothing else")
+			assert.Equal(t, observe.EventNotSent, obs.seen[0].Kind, "not an outcome unknown: the claim is released")
+			require.ErrorIs(t, obs.seen[0].Err, submissions.ErrNotSent)
+			assert.Contains(t, obs.seen[0].Err.Error(), "the observer panicked, and send was not called: the claim is released")
+			assert.Zero(t, obs.seen[0].Duration, "no send ran")
 			_, err := submissions.NewWithStore(st, quiet).Submit(bg, "req-0", newWithdrawal("w-1"), send)
 			require.NoError(t, err, "the claim was released: another key sends the withdrawal")
 			assert.Equal(t, 1, sends)

@@ -128,7 +128,8 @@ func (s *Submissions[R]) start() *engine.Ledger[R] {
 // for a withdrawal claimed by another key), ErrSubmissionInFlight or
 // ErrPruned (the key, or the key that claims the withdrawal, was pruned: a
 // *ConflictError with Pruned set for the latter) or ErrStoreFailed. After
-// send: ErrNotSent when send's error wraps it (the claim is released), or
+// send: ErrNotSent when send's error wraps it, or when ctx ended as the
+// key was claimed and send was not called (the claim is released), or
 // else ErrOutcomeUnknown with the zero R when send gave no answer (a panic
 // goes on with its own value), or the answer with ErrOutcomeNotRecorded when
 // it could not be recorded. After these two the key stays claimed, unless it

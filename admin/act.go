@@ -306,13 +306,13 @@ func mayRun[R any](r Result, found engine.Looked[R], t Target, risk string) (Res
 	if t.Force || found.Record.Abandoned && !found.Sending {
 		return r, false
 	}
-	where := "is not known to have ended (it may be running in another process)"
+	where, next := "is not known to have ended (it may be running elsewhere: in another process, or under another ledger)",
+		"look at the rail; once it shows the transfer's final state, act again with force"
 	if found.Sending {
-		where = "is running in this process"
+		where, next = "is running in this process", "wait for the send to end, then look at the rail"
 	}
 	return r.refuse(RuleSendMayRun, "", fmt.Errorf("%w: request key %s", engine.ErrSubmissionInFlight, r.Claim.Key),
-		fmt.Sprintf("request key %s's send %s: %s; nothing changed", r.Claim.Key, where, risk),
-		"look at the rail; once it shows the transfer's final state, act again with force"), true
+		fmt.Sprintf("request key %s's send %s: %s; nothing changed", r.Claim.Key, where, risk), next), true
 }
 
 // after decides an action whose ledger call failed with err after the look.

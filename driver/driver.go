@@ -241,8 +241,9 @@ type Tracker[R any] interface {
 }
 
 // A Send is one claim being sent, made by Tracker.ClaimSend. The ledger ends
-// it with Settle, Release or Abandon, and calls Abandon after a Settle or
-// Release that failed or panicked; a call after the one that ended the send
+// it with Settle, Release, Abandon or AbandonAnswered, and calls Abandon (or
+// AbandonAnswered, once send has answered) after a Settle or Release that
+// failed or panicked; a call after the one that ended the send
 // changes nothing, except that Abandon after a failed Settle or Release
 // marks a claim still in flight.
 type Send[R any] interface {

@@ -11,8 +11,8 @@ import (
 // An Observer is told of every decision a ledger makes. Observe runs on the
 // goroutine of the call that decided, before the call returns: it must be
 // safe for concurrent use, quick, and must not call the ledger. A panic in
-// Observe goes on to the ledger's caller; one of EventClaimed leaves the key
-// claimed, as a send that panics does (send was not called: Release it).
+// Observe goes on to the ledger's caller; send is not called after one of
+// EventClaimed, and the key's claim is released (EventNotSent).
 type Observer interface {
 	Observe(ctx context.Context, e Event)
 }
@@ -24,7 +24,8 @@ type Event struct {
 	Key          string
 	WithdrawalID string
 	// Duration is how long send ran, for EventSent, EventNotSent,
-	// EventOutcomeUnknown and EventNotRecorded of a Submit that sent.
+	// EventOutcomeUnknown and EventNotRecorded of a Submit that sent; 0
+	// when send was not called.
 	Duration time.Duration
 	// Err is the error the call returns, for EventConflict, EventInFlight,
 	// EventNotSent, EventOutcomeUnknown and EventNotRecorded (for a send
@@ -51,7 +52,7 @@ const (
 	EventResolved                            // an outcome was recorded by Resolve or an operator
 	EventReleased                            // a key in flight was released
 	EventPruned                              // a settled record was pruned
-	EventNotSent                             // send said it moved nothing: its claim was released, unless closed meanwhile or the store failed (Err says)
+	EventNotSent                             // send said it moved nothing, or was not called (ctx ended as the key was claimed, or Observe panicked): its claim was released, unless closed meanwhile or the store failed (Err says)
 )
 
 var eventNames = [...]string{

@@ -1,7 +1,6 @@
 package pgstore
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -45,16 +44,22 @@ type Hooks[R any] struct {
 	// nothing, or an operator released it.
 	Released func(ctx context.Context, tx pgx.Tx, tenant, key string, rec driver.Record[R]) error
 	// Command names the operator's command that changes the table with
-	// these hooks ("payoutd ctl", say). Migrate records it on the table,
-	// and a tool made without the hooks (submissionsctl) refuses to
-	// resolve or release there, naming it: its changes would leave the
-	// service's rows as they were.
+	// these hooks ("payoutd ctl", say). Migrate with a hook records on the
+	// table (its comment, replacing any other) that it is changed with
+	// hooks, and by which command when Command is set; a tool made without
+	// the hooks (submissionsctl) then refuses to resolve or release there,
+	// naming the command: its changes would leave the service's rows as
+	// they were. COMMENT ON TABLE ... IS NULL clears the mark, once no
+	// service of the table has hooks.
 	Command string
 }
 
-// hookMark begins the table comment by which Migrate records that the
-// table is changed with hooks; the command follows.
-const hookMark = "submissions: changed with the hooks of "
+// hookMark is the table comment by which Migrate records that the table is
+// changed with hooks; hookCommand and the command follow when it has one.
+const (
+	hookMark    = "submissions: changed with a service's hooks"
+	hookCommand = ": run "
+)
 
 // hooked reports whether s has a hook.
 func (s *Store[R]) hooked() bool {
@@ -68,19 +73,22 @@ func (s *Store[R]) markHooked(ctx context.Context, tx pgx.Tx) error {
 	if !s.hooked() {
 		return nil
 	}
-	command := cmp.Or(s.hooks.Command, "a service")
+	mark := hookMark
+	if s.hooks.Command != "" {
+		mark += hookCommand + s.hooks.Command
+	}
 	var stmt *string
 	if err := tx.QueryRow(ctx, `SELECT CASE WHEN obj_description(to_regclass($1), 'pg_class') IS DISTINCT FROM $2
-	THEN format('COMMENT ON TABLE %s IS %L', $1::text, $2::text) END`, s.names.table, hookMark+command).Scan(&stmt); err != nil || stmt == nil {
+	THEN format('COMMENT ON TABLE %s IS %L', $1::text, $2::text) END`, s.names.table, mark).Scan(&stmt); err != nil || stmt == nil {
 		return err
 	}
 	_, err := tx.Exec(ctx, *stmt)
 	return err
 }
 
-// HookedBy returns the command that Migrate recorded on the table as the
-// one that changes it with a service's hooks (see Hooks.Command), and false
-// when no Migrate with hooks ran on it.
+// HookedBy reports whether a Migrate with hooks marked the table as
+// changed with a service's hooks, and the command it named ("" for none;
+// see Hooks.Command).
 func (s *Store[R]) HookedBy(ctx context.Context) (command string, hooked bool, err error) {
 	var comment *string
 	if err := s.pool.QueryRow(ctx, `SELECT obj_description(to_regclass($1), 'pg_class')`, s.names.table).Scan(&comment); err != nil {
@@ -89,7 +97,8 @@ func (s *Store[R]) HookedBy(ctx context.Context) (command string, hooked bool, e
 	if comment == nil || !strings.HasPrefix(*comment, hookMark) {
 		return "", false, nil
 	}
-	return strings.TrimPrefix(*comment, hookMark), true, nil
+	command, _ = strings.CutPrefix(strings.TrimPrefix(*comment, hookMark), hookCommand)
+	return command, true, nil
 }
 
 // WithHooks makes the Store run h in the transaction of each claim, settle

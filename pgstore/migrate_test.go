@@ -181,7 +181,7 @@ func TestMigrateRecordsTheHooksCommand(t *testing.T) {
 		h    Hooks[w]
 		want string
 	}{
-		{Hooks[w]{Released: nop}, "a service"},
+		{Hooks[w]{Released: nop}, ""},
 		{Hooks[w]{Claimed: nop, Command: "payoutd ctl"}, "payoutd ctl"},
 		{Hooks[w]{Settled: nop, Command: "it's ctl"}, "it's ctl"},
 	} {
@@ -191,7 +191,7 @@ func TestMigrateRecordsTheHooksCommand(t *testing.T) {
 		for _, s := range []*Store[w]{st, plain} {
 			command, hooked, err := s.HookedBy(bg)
 			require.NoError(t, err)
-			assert.True(t, hooked, c.want)
+			assert.True(t, hooked, "%q", c.want)
 			assert.Equal(t, c.want, command)
 		}
 		reader, err := pool.Begin(bg)
@@ -208,6 +208,14 @@ func TestMigrateRecordsTheHooksCommand(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, hooked, "a Migrate without hooks leaves the mark")
 	assert.Equal(t, "it's ctl", command)
+
+	_, err = pool.Exec(bg, "COMMENT ON TABLE "+table+" IS 'the team''s own words'")
+	require.NoError(t, err)
+	_, hooked, err = plain.HookedBy(bg)
+	require.NoError(t, err)
+	assert.False(t, hooked, "a comment of another's is no mark")
+	_, err = pool.Exec(bg, "COMMENT ON TABLE "+table+" IS NULL")
+	require.NoError(t, err)
 
 	for _, bad := range []string{strings.Repeat("c", 201), "\xff", "a\x00b"} {
 		_, err := New[w](pool, WithHooks(Hooks[w]{Released: nop, Command: bad}))

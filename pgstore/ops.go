@@ -120,7 +120,15 @@ const claimGrace = 100 * time.Millisecond
 // ctx does; stop releases it.
 func pastEnd(ctx context.Context) (_ context.Context, stop func()) {
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stopAfter := context.AfterFunc(ctx, func() { time.AfterFunc(claimGrace, cancel) })
+	stopAfter := context.AfterFunc(ctx, func() {
+		grace := time.NewTimer(claimGrace)
+		defer grace.Stop()
+		select {
+		case <-grace.C:
+		case <-pctx.Done(): // stopped first
+		}
+		cancel()
+	})
 	return pctx, func() { stopAfter(); cancel() }
 }
 

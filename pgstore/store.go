@@ -389,7 +389,9 @@ RETURNING tenant, request_key, withdrawal_id`,
 // idempotent, and safe to run from several instances at once: it holds a
 // transaction-scoped advisory lock named after the schema and table while it
 // runs, however the name is spelled ("submissions" or "public.submissions").
-// It takes no lock on a table that is up to date.
+// It takes no lock on a table that is up to date, and marked already when
+// the Store has hooks (see Hooks.Command: the mark is the table's comment,
+// which a first Migrate with hooks writes, reporting UpToDate all the same).
 func (s *Store[R]) Migrate(ctx context.Context) error {
 	_, err := s.MigrateReport(ctx)
 	return err

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -43,4 +44,54 @@ func TestUnavailableNamesTheErrorsASettleMayOutlive(t *testing.T) {
 	} {
 		assert.Equal(t, err, unavailable(err), "%v: as it is", err)
 	}
+}
+
+// TestPastEndRunsOnForItsGrace: the context of a fresh claim ends
+// claimGrace after its caller's does, not at once, and at once when it is
+// stopped.
+func TestPastEndRunsOnForItsGrace(t *testing.T) {
+	ctx, cancel := context.WithCancel(bg)
+	pctx, stop := pastEnd(ctx)
+	defer stop()
+	cancel()
+	ended := time.Now()
+	time.Sleep(claimGrace / 4)
+	require.NoError(t, pctx.Err(), "within the grace")
+	select {
+	case <-pctx.Done():
+		assert.GreaterOrEqual(t, time.Since(ended), claimGrace, "not before the grace is over")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the grace never ended")
+	}
+
+	pctx, stop = pastEnd(bg)
+	stop()
+	require.ErrorIs(t, pctx.Err(), context.Canceled, "stopped")
+}
+
+// TestAClaimThatCommitsAsItsCtxEndsIsReturned: the caller's ctx ends while
+// the claim's statement runs (here, in its Claimed hook's transaction): the
+// claim runs on within the grace and is returned, token and all, for the
+// caller to release; it is not left standing behind an error.
+func TestAClaimThatCommitsAsItsCtxEndsIsReturned(t *testing.T) {
+	pool := testPool(t, 2)
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	hooks := Hooks[w]{Claimed: func(hctx context.Context, tx pgx.Tx, _, _ string, _ driver.Record[w]) error {
+		cancel() // the caller gives up as the row is written
+		_, err := tx.Exec(hctx, "SELECT pg_sleep(0.02)")
+		return err
+	}}
+	st, err := New[w](pool, WithTable(testTable(t, pool)), WithHooks(hooks))
+	require.NoError(t, err)
+	require.NoError(t, st.Migrate(bg))
+	x := newW("w-1")
+	rec, claimed, err := st.Claim(ctx, "", "req-1", x.Fingerprint(), nil)
+	require.NoError(t, err, "the claim that committed")
+	require.True(t, claimed)
+	require.NotZero(t, rec.Token)
+	require.Error(t, ctx.Err())
+	_, released, err := st.Release(bg, "", "req-1", rec.Token)
+	require.NoError(t, err)
+	require.True(t, released, "released by its token, as the ledger does")
 }

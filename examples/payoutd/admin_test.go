@@ -365,14 +365,22 @@ func TestWrongReleaseMovesMoneyOnce(t *testing.T) {
 // create does not create.
 func TestUnknownQueryParametersAreRefused(t *testing.T) {
 	forEachStore(t, func(t *testing.T, db string) {
-		a := serve(t, db, newRail(0, 0, 0, 0, 0), 10*time.Second)
+		var f fates
+		r := newRail(0, 0, 0, 0, 0)
+		r.decide = f.decide
+		a := serve(t, db, r, 10*time.Second)
 		id := create(t, a, "")
 		res := do(t, "POST", a.url+"/withdrawals/"+id+"/submit", "-", "k1", "")
 		require.Equal(t, http.StatusCreated, res.status, "%s", res.body)
+		stuck := create(t, a, "")
+		f.set(stuck, fail)
+		res = do(t, "POST", a.url+"/withdrawals/"+stuck+"/submit", "-", "k2", "")
+		require.Equal(t, http.StatusBadGateway, res.status, "%s", res.body)
 		for _, c := range []struct{ method, path, name string }{
-			{"POST", "/admin/claims/k1/release?tokn=999", `"tokn" (known here: token, force)`},
-			{"POST", "/admin/claims/k1/release?token=1&token=2", `"token" is repeated`},
-			{"POST", "/admin/claims/k1/resolve?forse=true", `"forse"`},
+			{"POST", "/admin/claims/k2/release?tokn=999", `"tokn" (known here: token, force)`},
+			{"POST", "/admin/claims/k2/release?forse=true", `"forse"`},
+			{"POST", "/admin/claims/k2/release?token=1&token=2", `"token" is repeated`},
+			{"POST", "/admin/claims/k2/resolve?forse=true", `"forse"`},
 			{"GET", "/admin/inflight?older-than=10h", `"older-than" (known here: older_than, tenant, limit)`},
 			{"POST", "/admin/prune?befor=720h", `"befor"`},
 			{"POST", "/withdrawals?amount=5", `Unknown query parameter "amount"; this request changed nothing.`},
@@ -384,9 +392,9 @@ func TestUnknownQueryParametersAreRefused(t *testing.T) {
 			p := res.problemOf(t, http.StatusBadRequest, typeMalformed)
 			assert.Contains(t, p["detail"], c.name, "%s %s", c.method, c.path)
 		}
-		res = do(t, "GET", a.url+"/withdrawals/"+id, "-", "-", "")
-		require.Equal(t, http.StatusOK, res.status)
-		assert.Equal(t, stateSent, res.withdrawal(t).State, "the withdrawal is as it was")
+		claims := inFlight(t, a, "")
+		require.Len(t, claims, 1, "k2 stays claimed")
+		assert.Equal(t, "k2", claims[0].Key)
 	})
 }
 
@@ -400,7 +408,7 @@ func TestUnrecordedAdviceFitsTheKeysState(t *testing.T) {
 	}{
 		{fmt.Errorf("%w: %w", submissions.ErrOutcomeNotRecorded, submissions.ErrReleasedMeanwhile), "after the key was released"},
 		{fmt.Errorf("%w: %w", submissions.ErrOutcomeNotRecorded, submissions.ErrResolvedMeanwhile), "otherwise than the outcome recorded meanwhile"},
-		{submissions.ErrOutcomeNotRecorded, "the key is never released"},
+		{submissions.ErrOutcomeNotRecorded, "do not release the key"},
 		{submissions.ErrOutcomeUnknown, "resolve or release the key"},
 	} {
 		assert.Contains(t, unrecordedAdvice(c.err), c.want, "%v", c.err)

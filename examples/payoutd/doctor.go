@@ -69,7 +69,7 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stdout, f)
 	}
 	if len(findings) > 0 {
-		fmt.Fprintf(stderr, "payoutd doctor: %d withdrawals disagree with the ledger\n", len(findings))
+		fmt.Fprintf(stderr, "payoutd doctor: %d of the withdrawals disagree with the ledger\n", len(findings))
 		return doctorFound
 	}
 	fmt.Fprintln(stdout, "every withdrawal's state agrees with the ledger")
@@ -120,6 +120,8 @@ func finding(tenant, id, state, key, claim string) string {
 	switch {
 	case state == stateSending && claim == "none":
 		return where + ` is sending, but no key claims it: its claim was released past payoutd's hooks, and every submit of it is refused; look at the rail: if nothing was sent, set its state back to approved; if it was, store the rail's outcome as its state`
+	case state == stateSending && claim == "pruned":
+		return fmt.Sprintf("%s is sending, but request key %s was settled and pruned: its outcome is gone; look at the rail, and store the rail's outcome as its state", where, key)
 	case state == stateSending:
 		return fmt.Sprintf("%s is sending, but request key %s has an outcome (%s): a GET of the withdrawal, or payoutd's next start, stores it", where, key, claim)
 	}

@@ -180,7 +180,7 @@ var doorCases = []doorCase{
 		status:  422, exit: 1, message: `^the outcome is not valid: state "sent" without its tx: nothing changed$`},
 	{name: "resolve of a running send", serviceOK: true, action: "resolve", setup: running, outcome: sentNow("tx_op"),
 		status: 409, exit: 1, message: `^request key KEY's send is running in this process: resolving it now records your outcome while the rail may still answer otherwise; nothing changed$`,
-		elsewhere: `^request key KEY's send is not known to have ended \(it may be running in another process\): resolving it now records your outcome while the rail may still answer otherwise; nothing changed$`},
+		elsewhere: `^request key KEY's send is not known to have ended \(it may be running elsewhere: in another process, or under another ledger\): resolving it now records your outcome while the rail may still answer otherwise; nothing changed$`},
 	{name: "resolve of a running send, forced", serviceOK: true, action: "resolve", setup: running, outcome: sentNow("tx_op"), force: true,
 		ok: true, status: 200, exit: 0, message: `^resolved request key KEY in TENANT \(token N\): its retries get this outcome`},
 	{name: "resolve of an unknown key", serviceOK: true, action: "resolve", setup: func(*testing.T, doorSetup, string, Withdrawal) driver.Token { return 0 },
@@ -211,7 +211,7 @@ var doorCases = []doorCase{
 		status: 400, exit: 1, message: `^the request key is not valid: invalid request key: empty: nothing changed$`},
 	{name: "release of an unknown key", serviceOK: true, action: "release", setup: func(*testing.T, doorSetup, string, Withdrawal) driver.Token { return 0 },
 		status: 404, exit: 1, message: `^request key KEY has no record in TENANT \(never claimed there, or released\): nothing changed$`},
-	{name: "release of a send not known to have ended", action: "release", setup: claimOnly, status: 409, exit: 1, message: `^request key KEY's send is not known to have ended \(it may be running in another process\): releasing it could send the withdrawal twice; nothing changed$`},
+	{name: "release of a send not known to have ended", action: "release", setup: claimOnly, status: 409, exit: 1, message: `^request key KEY's send is not known to have ended \(it may be running elsewhere: in another process, or under another ledger\): releasing it could send the withdrawal twice; nothing changed$`},
 	{name: "release of an answered claim, forced", action: "release", force: true, setup: answered,
 		status: 409, exit: 1, message: `^request key KEY's send got an answer from the rail that was not recorded: money moved, so the claim is never released, with force or without; nothing changed$`},
 	{name: "release of a send not known to have ended, forced", action: "release", force: true, setup: claimOnly, ok: true, status: 200, exit: 0, message: `^released request key KEY in TENANT \(token N\): withdrawal wd_\w+ may be sent again$`},
@@ -344,7 +344,7 @@ func TestOperatorDoorsDecideAndSayAlike(t *testing.T) {
 					assert.Equal(t, c.serviceOK, got.ok, "%s: done: %s", d.name, got.message)
 				case "submissionsctl":
 					assert.Equal(t, 1, got.code, "%s: exit code", d.name)
-					assert.Contains(t, got.message, "is changed with the hooks of payoutd ctl, which this command does not run: run payoutd ctl instead (nothing changed)", d.name)
+					assert.Contains(t, got.message, "is changed with a service's hooks, which this command does not run: run payoutd ctl instead (nothing changed)", d.name)
 					assert.Equal(t, before, state, "%s: nothing changed", d.name)
 					continue
 				default:

@@ -452,7 +452,7 @@ func unrecordedAdvice(err error) string {
 	case errors.Is(err, submissions.ErrResolvedMeanwhile):
 		return "the rail answered otherwise than the outcome recorded meanwhile: look at the rail, and correct the withdrawal by hand"
 	case errors.Is(err, submissions.ErrOutcomeNotRecorded):
-		return "the rail answered and the answer was not recorded: money moved, and the key is never released; look at the rail, then resolve the key with what it shows"
+		return "the rail answered and the answer was not recorded: money moved, so do not release the key; look at the rail, then resolve the key with what it shows"
 	}
 	return "money may have moved: look at the rail, then resolve or release the key"
 }

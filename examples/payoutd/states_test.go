@@ -311,7 +311,7 @@ func TestDoctorFindsAWithdrawalStrandedInSending(t *testing.T) {
 	code, stdout, stderr = doctor()
 	require.Equal(t, doctorFound, code, stderr)
 	assert.Equal(t, "withdrawal "+id+` in tenant "acme" is sending, but no key claims it: its claim was released past payoutd's hooks, and every submit of it is refused; look at the rail: if nothing was sent, set its state back to approved; if it was, store the rail's outcome as its state`+"\n", stdout)
-	assert.Equal(t, "payoutd doctor: 1 withdrawals disagree with the ledger\n", stderr)
+	assert.Equal(t, "payoutd doctor: 1 of the withdrawals disagree with the ledger\n", stderr)
 	var state string
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT state FROM payoutd_withdrawals WHERE id = $1`, id).Scan(&state))
 	assert.Equal(t, stateSending, state, "the doctor changes nothing")

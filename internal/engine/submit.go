@@ -74,9 +74,11 @@ func (l *Ledger[R]) submit(ctx context.Context, tenant, key string, req R,
 }
 
 // sendAndRecord calls send for the claim snd, and ends the claim's send:
-// with the answer recorded, or with none, the key left claimed. Its steps
-// are sendCall's; each that does not return (a panic, or runtime.Goexit in
-// send) ends the send with no outcome, and the log says which it was.
+// with the answer recorded, or with none, the key left claimed. A claim
+// whose send is not called (ctx ended as the key was claimed, or the
+// observer panicked) is released: ErrNotSent. Its steps are sendCall's;
+// each that does not return (a panic, or runtime.Goexit in send) ends the
+// send with no outcome, and the log says which it was.
 func (l *Ledger[R]) sendAndRecord(ctx context.Context, tenant, key string, snd driver.Send[R], token driver.Token, fp, given *driver.Fingerprint, req R,
 	send func(ctx context.Context, req R) (R, error)) (R, error) {
 	c := sendCall[R]{l: l, ctx: ctx, tenant: tenant, key: key, snd: snd, token: token, fp: *fp}
@@ -84,9 +86,12 @@ func (l *Ledger[R]) sendAndRecord(ctx context.Context, tenant, key string, snd d
 		out R
 		err error
 	)
-	c.step("the observer panicked, and send was not called", func() { c.report(observe.EventClaimed, nil) })
-	if err := ctx.Err(); err != nil { // the claim took what was left of ctx: send is not called
-		err = l.notSent(ctx, key, snd, fmt.Errorf("%w: the context ended before send was called: %w", ErrNotSent, err))
+	c.step("the observer panicked, and send was not called: the claim is released", func() { c.report(observe.EventClaimed, nil) })
+	if cerr := ctx.Err(); cerr != nil { // the claim took what was left of ctx: send is not called
+		c.releasing = true
+		c.step("the store panicked while releasing a claim whose send was not called", func() {
+			err = l.notSent(ctx, key, snd, fmt.Errorf("%w: the context ended before send was called: %w", ErrNotSent, cerr))
+		})
 		c.report(observe.EventNotSent, err)
 		return *new(R), err
 	}
@@ -133,6 +138,7 @@ type sendCall[R driver.Fingerprinter] struct {
 	fp          driver.Fingerprint // canonical
 	start       time.Time          // when send started, timed for an observer only
 	called      bool               // send was called: a send ended before it releases its claim
+	releasing   bool               // the claim of a send not called is being released: one that fails is abandoned
 	answered    bool               // send answered: a send ended without recording it is abandoned as answered
 	answer      R                  // the answer, when keep
 	keep        bool               // a store can keep answer as it is
@@ -144,10 +150,15 @@ type sendCall[R driver.Fingerprinter] struct {
 func (c *sendCall[R]) step(under string, run func()) {
 	returned := false
 	defer func() {
-		if !returned {
-			c.abandon()
-			c.report(observe.EventOutcomeUnknown, fmt.Errorf("%w: request key %s: %s", ErrOutcomeUnknown, c.key, under))
+		if returned {
+			return
 		}
+		c.abandon()
+		if !c.called {
+			c.report(observe.EventNotSent, fmt.Errorf("%w: request key %s: %s", ErrNotSent, c.key, under))
+			return
+		}
+		c.report(observe.EventOutcomeUnknown, fmt.Errorf("%w: request key %s: %s", ErrOutcomeUnknown, c.key, under))
 	}()
 	run()
 	returned = true
@@ -155,9 +166,14 @@ func (c *sendCall[R]) step(under string, run func()) {
 
 // abandon ends the send without a recorded outcome: as answered, with the
 // answer when kept, once send has answered. Before send is called, the
-// claim is released instead: nothing was sent under it.
+// claim is released instead (nothing was sent under it), or abandoned when
+// its release did not return.
 func (c *sendCall[R]) abandon() {
-	if !c.called {
+	switch {
+	case !c.called && c.releasing:
+		c.l.abandon(c.ctx, c.snd)
+		return
+	case !c.called:
 		c.l.releaseUnsent(c.ctx, c.snd)
 		return
 	}
@@ -183,9 +199,10 @@ func (c *sendCall[R]) report(kind observe.EventKind, err error) {
 	c.l.report(c.ctx, c.tenant, kind, c.key, c.fp.WithdrawalID, took, err)
 }
 
-// took is the time since send started, for an observer only.
+// took is the time since send started, for an observer only; 0 for a
+// send not called.
 func (c *sendCall[R]) took() time.Duration {
-	if c.l.observer == nil {
+	if c.l.observer == nil || !c.called {
 		return 0
 	}
 	return time.Since(c.start)
@@ -401,12 +418,17 @@ func (l *Ledger[R]) abandonAnswered(ctx context.Context, snd driver.Send[R], ans
 // claim, or abandons it when the store fails to. It is best effort, as
 // abandon is.
 func (l *Ledger[R]) releaseUnsent(ctx context.Context, snd driver.Send[R]) {
-	defer func() { _ = recover() }() // contained: see abandon
+	released := false
+	defer func() {
+		_ = recover() // contained: see abandon
+		if !released {
+			l.abandon(ctx, snd)
+		}
+	}()
 	rctx, cancel := afterEnd(ctx)
 	defer cancel()
-	if _, _, err := snd.Release(rctx); err != nil {
-		l.abandon(ctx, snd)
-	}
+	_, _, err := snd.Release(rctx)
+	released = err == nil
 }
 
 // abandon ends snd without an outcome. It is best effort: an error or a

@@ -314,19 +314,41 @@ func testAClaimMadeAsTheCallerLeftIsReleased(t *testing.T, newStore Factory) {
 	_, err = f.s.Submit(bg, "req-2", f.w, f.rail.send)
 	require.NoError(t, err, "another key sends the withdrawal")
 	f.rail.requireSends(t, 1)
+
+	// The store panics as the claim is released: the claim is abandoned,
+	// known to have ended, and released without force.
+	ctx, cancel = context.WithCancel(bg)
+	defer cancel()
+	st.leave, st.panics = cancel, true
+	w2 := newWithdrawal("w-2")
+	require.PanicsWithValue(t, errPanic, func() { _, _ = s.Submit(ctx, "req-3", w2, f.rail.send) })
+	f.rail.requireSends(t, 1)
+	assert.Equal(t, 2, ev.count(observe.EventNotSent, "", "req-3")+ev.count(observe.EventNotSent, "", "req-1"), "every claim not sent ends, for the gauges")
+	st.panics = false
+	require.NoError(t, s.Release(bg, "req-3"), "a claim whose release panicked is abandoned, and released without force")
+	requireHolder(t, s, "w-2", "")
 }
 
-// leavesAsItClaims is a store whose Claim ends its caller's ctx (leave) as
-// it starts, and then claims.
+// leavesAsItClaims is a store whose Claim claims, and then ends its
+// caller's ctx (leave) as it returns; with panics, its Release panics.
 type leavesAsItClaims struct {
 	driver.Store[Withdrawal]
-	leave func()
+	leave  func()
+	panics bool
 }
 
 // Claim implements driver.Store.
 func (s *leavesAsItClaims) Claim(ctx context.Context, tenant, key string, fp driver.Fingerprint, outcome *Withdrawal) (driver.Record[Withdrawal], bool, error) {
-	s.leave()
+	defer s.leave()
 	return s.Store.Claim(ctx, tenant, key, fp, outcome)
+}
+
+// Release implements driver.Store.
+func (s *leavesAsItClaims) Release(ctx context.Context, tenant, key string, token driver.Token) (driver.Record[Withdrawal], bool, error) {
+	if s.panics {
+		panic(errPanic)
+	}
+	return s.Store.Release(ctx, tenant, key, token)
 }
 
 // The service's rule for an outcome (WithOutcomeCheck) holds at the

@@ -322,7 +322,11 @@ func (e *env) openToChange(ctx context.Context) (*ledger, error) {
 	}
 	command, hooked, err := l.store.HookedBy(ctx)
 	if err == nil && hooked {
-		err = fmt.Errorf("table %s is changed with the hooks of %s, which this command does not run: run %s instead (nothing changed)", e.g.table.value, command, command)
+		run := "the service's own command (built with ctl.WithHooks)"
+		if command != "" {
+			run = command
+		}
+		err = fmt.Errorf("table %s is changed with a service's hooks, which this command does not run: run %s instead (nothing changed)", e.g.table.value, run)
 	}
 	if err != nil {
 		l.pool.Close()

@@ -146,7 +146,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, name, tenant, key, rec.Fingerprint.Wit
 		for _, args := range [][]string{{"resolve", "k5", "--outcome-file", writeOutcome(t, sent)}, {"release", "k5", "--yes"}} {
 			code, _, stderr := f.ctl(t, "", args...)
 			assert.Equal(t, exitFailed, code, "%s: %s", args[0], stderr)
-			assert.Contains(t, stderr, "changed with the hooks of payoutd ctl", args[0])
+			assert.Contains(t, stderr, "is changed with a service's hooks, which this command does not run", args[0])
 			assert.Contains(t, stderr, "run payoutd ctl instead (nothing changed)", args[0])
 			code, stdout, stderr := f.ctl(t, "", "show", "k5")
 			require.Equal(t, exitOK, code, stderr)
